@@ -1,0 +1,1 @@
+"""Language model, SOL policy, training, ONNX export."""

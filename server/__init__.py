@@ -1,0 +1,1 @@
+"""LSP glue for leir-lsp."""
