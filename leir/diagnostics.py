@@ -1,0 +1,107 @@
+"""Diagnostics with exact ranges, and offset <-> line/column conversion."""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Literal
+
+from leir.ast import Span
+
+Severity = Literal["error", "warning", "info", "hint"]
+
+
+@dataclass(frozen=True)
+class Related:
+    """A second location that explains a diagnostic ("first declared here")."""
+
+    span: Span
+    message: str
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    span: Span
+    severity: Severity
+    message: str
+    #: A stable kebab-case identifier of the check ("unknown-loop-kind").
+    code: str
+    related: tuple[Related, ...] = field(default=())
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity == "error"
+
+
+def error(span: Span, code: str, message: str, *related: Related) -> Diagnostic:
+    return Diagnostic(span, "error", message, code, tuple(related))
+
+
+def warning(span: Span, code: str, message: str, *related: Related) -> Diagnostic:
+    return Diagnostic(span, "warning", message, code, tuple(related))
+
+
+class SourceText:
+    """A document's text with a line index.
+
+    Lines and columns are 0-based and count Unicode code points; ``utf16``
+    variants count UTF-16 code units, as LSP positions do by default."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self._line_starts = [0]
+        for i, ch in enumerate(text):
+            if ch == "\n":
+                self._line_starts.append(i + 1)
+
+    @property
+    def line_count(self) -> int:
+        return len(self._line_starts)
+
+    def line_start(self, line: int) -> int:
+        return self._line_starts[line]
+
+    def line_text(self, line: int) -> str:
+        start = self._line_starts[line]
+        end = self._line_starts[line + 1] - 1 if line + 1 < len(self._line_starts) else len(self.text)
+        return self.text[start:end]
+
+    def position(self, offset: int) -> tuple[int, int]:
+        """(line, column) of a character offset, clamped into the text."""
+        offset = max(0, min(offset, len(self.text)))
+        line = bisect.bisect_right(self._line_starts, offset) - 1
+        return line, offset - self._line_starts[line]
+
+    def offset(self, line: int, column: int) -> int:
+        """Character offset of (line, column), clamped into the text."""
+        if line < 0:
+            return 0
+        if line >= len(self._line_starts):
+            return len(self.text)
+        start = self._line_starts[line]
+        end = self._line_starts[line + 1] - 1 if line + 1 < len(self._line_starts) else len(self.text)
+        return min(start + max(0, column), end)
+
+    def position_utf16(self, offset: int) -> tuple[int, int]:
+        line, col = self.position(offset)
+        start = self._line_starts[line]
+        prefix = self.text[start : start + col]
+        return line, len(prefix.encode("utf-16-le")) // 2
+
+    def offset_utf16(self, line: int, character: int) -> int:
+        if line < 0:
+            return 0
+        if line >= len(self._line_starts):
+            return len(self.text)
+        text = self.line_text(line)
+        units = 0
+        for i, ch in enumerate(text):
+            if units >= character:
+                return self._line_starts[line] + i
+            units += 2 if ord(ch) > 0xFFFF else 1
+        return self._line_starts[line] + len(text)
+
+    def format_location(self, span: Span) -> str:
+        """``line:col`` (1-based) of the span's start, as compilers print it."""
+        line, col = self.position(span.start)
+        return f"{line + 1}:{col + 1}"
