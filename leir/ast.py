@@ -251,6 +251,9 @@ class Nest:
     span: Span | None = field(default=None, compare=False)
     #: Comments between the last body item and ``]``, and after ``];``.
     end_comments: Comments = field(default=NO_COMMENTS, compare=False)
+    #: Comments before and after the opening ``[`` line of a nest that has
+    #: no loops (with loops, the loops own those lines).
+    open_comments: Comments = field(default=NO_COMMENTS, compare=False)
     #: Whether the body was written with brackets. A bare top-level
     #: equation (``A=B;`` outside any ``[...]``, which the Step-TP form
     #: allows) is a Nest with no loops and ``bracketed=False``.
