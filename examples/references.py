@@ -21,6 +21,13 @@ import numpy as np
 _F32 = np.float32
 _EPS = 1e-05  # torch's default for LayerNorm and BatchNorm
 
+#: Inputs that must be drawn non-negative (running variances, which go under
+#: a square root); any other input may take any finite value.
+NONNEGATIVE_INPUTS: dict[str, tuple[str, ...]] = {
+    "batchnorm": ("rvar",),
+    "conv_bn_relu": ("rvar",),
+}
+
 
 def _f64(a: np.ndarray) -> np.ndarray:
     return np.asarray(a, dtype=np.float64)
