@@ -1,14 +1,25 @@
 """LEIR text -> syntax tree, with exact spans and error recovery.
 
 ``parse`` never raises: any text yields a ``Program`` (possibly partial) and
-every problem found, each at its range. After an error the parser skips to
-the next ``;`` or ``]`` at the same bracket depth and carries on, so several
-errors in one file are all reported.
+every problem found, each at its range. Recovery, in order of preference:
+
+- a stray character is reported and ignored (``Y = X $ + 1;``);
+- a missing ``;`` before a new line, a ``]`` or the end of the file, and a
+  ``(`` or ``{`` still open at the end of the statement, are reported and
+  the statement is completed as if they were there;
+- a ``[`` that is never closed is reported at the ``[``; the nest ends at
+  the end of the file or, when the file has fewer ``]`` than ``[``, where a
+  new line starts a loop or a declaration no deeper than the nest;
+- any other error skips to the next ``;`` or ``]`` at the same bracket depth
+  (or to a new line that starts a loop or a declaration) and carries on.
+
+So several errors in one file are all reported.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import bisect
+from dataclasses import dataclass, replace
 
 from leir import ast as A
 from leir.ast import Span
@@ -16,6 +27,17 @@ from leir.diagnostics import Diagnostic, SourceText, error
 from leir.lexer import Token, tokenize
 
 RESERVED = frozenset({"in", "out", "tmp", "where", "inf"})
+
+#: Deepest expression tree accepted. Deeper trees (a sum of hundreds of
+#: terms in one equation) are refused so that every recursive pass over the
+#: tree (printer, analysis, equality) stays far from Python's stack limit.
+MAX_EXPR_DEPTH = 200
+#: Deepest nesting of parentheses, calls, subscripts and unary operators,
+#: and of ``[...]`` bodies: the parser recurses once per level.
+MAX_NESTING = 100
+
+_PREC = A.BINARY_PRECEDENCE
+_STATEMENT_END = frozenset({";", "]"})
 
 
 @dataclass
@@ -33,17 +55,21 @@ def parse(text: str) -> ParseResult:
     """Parse LEIR text (Step-TP one-line form or our file form)."""
     parser = _Parser(text)
     program = parser.program()
-    return ParseResult(program, parser.diagnostics, SourceText(text))
+    return ParseResult(program, parser.sorted_diagnostics(), SourceText(text))
 
 
 def parse_expression(text: str, loop_vars: frozenset[str] = frozenset()) -> tuple[A.Expr | None, list[Diagnostic]]:
-    """Parse one expression (used by tools that take an index or guard)."""
+    """Parse one expression (used by tools that take an index or guard).
+    Returns None as the expression when the text is not one."""
     parser = _Parser(text)
     parser.loop_vars = list(loop_vars)
-    expr = parser.expr()
+    try:
+        expr = parser.expr()
+    except _Recover:
+        return None, parser.sorted_diagnostics()
     if parser.peek.kind != "eof":
         parser.report(parser.peek.span, "unexpected-token", f"unexpected {parser.describe(parser.peek)} after the expression")
-    return expr, parser.diagnostics
+    return expr, parser.sorted_diagnostics()
 
 
 class _Recover(Exception):
@@ -51,144 +77,210 @@ class _Recover(Exception):
     loop catches it and re-synchronises."""
 
 
-@dataclass
-class _Pending:
-    comments: list[str] = field(default_factory=list)
-
-
 class _Parser:
     def __init__(self, text: str):
         self.text = text
-        self.tokens = [t for t in tokenize(text)]
-        self.pos = 0
         self.diagnostics: list[Diagnostic] = []
+        self._reported: set[tuple[int, int, str]] = set()
         self.loop_vars: list[str] = []
-        # Comments not yet attached, with their token index.
-        self.pending: list[tuple[int, str]] = []
+        self.nesting = 0
+
+        # Significant tokens (ending with eof) and comments, apart. Stray
+        # characters are reported here, a run of adjacent ones as one
+        # diagnostic, and dropped.
+        self.toks: list[Token] = []
+        self.comments: list[Token] = []
+        bad: list[Token] = []
+        newline_carry = False
+        for tok in tokenize(text):
+            if tok.kind == "error":
+                if bad and bad[-1].end == tok.start:
+                    bad[-1] = bad[-1]._replace(text=bad[-1].text + tok.text, end=tok.end)
+                else:
+                    bad.append(tok)
+                newline_carry = newline_carry or tok.newline_before
+                continue
+            if newline_carry and not tok.newline_before:
+                tok = tok._replace(newline_before=True)
+            newline_carry = False
+            (self.comments if tok.kind == "comment" else self.toks).append(tok)
+        for tok in bad:
+            plural = "s" if len(tok.text) > 1 else ""
+            self.report(tok.span, "unexpected-character", f"unexpected character{plural} {tok.text!r}")
+        self._comment_starts = [c.start for c in self.comments]
+        self._comment_taken = [False] * len(self.comments)
+        self._comment_next = 0  # comments before this one are all attached
+        self.pos = 0
         self.last = -1  # index of the last consumed token
-        self._errors_at: set[int] = set()
+        # ``[`` left unclosed in the whole text: only then may a new line
+        # close a nest (see _closed_by_layout).
+        opens = sum(1 for t in self.toks if t.kind == "op" and t.text == "[")
+        closes = sum(1 for t in self.toks if t.kind == "op" and t.text == "]")
+        self.unclosed_budget = max(0, opens - closes)
+
+    def sorted_diagnostics(self) -> list[Diagnostic]:
+        return sorted(self.diagnostics, key=lambda d: (d.span.start, d.span.end))
 
     # ----------------------------------------------------------- token access
 
     @property
     def peek(self) -> Token:
-        self._absorb_comments()
-        return self.tokens[self.pos]
+        return self.toks[self.pos]
 
     def peek_at(self, k: int) -> Token:
-        """The k-th significant token from here (comments skipped)."""
-        self._absorb_comments()
-        i = self.pos
-        seen = 0
-        while True:
-            tok = self.tokens[i]
-            if tok.kind != "comment":
-                if seen == k or tok.kind == "eof":
-                    return tok
-                seen += 1
-            i += 1
+        """The k-th significant token from here."""
+        i = self.pos + k
+        return self.toks[i] if i < len(self.toks) else self.toks[-1]
 
-    def _absorb_comments(self) -> None:
-        while self.tokens[self.pos].kind == "comment":
-            self.pending.append((self.pos, self.tokens[self.pos].text))
-            self.pos += 1
+    @property
+    def prev_end(self) -> int:
+        """End offset of the last consumed token (0 before any)."""
+        return self.toks[self.last].end if self.last >= 0 else 0
 
     def advance(self) -> Token:
-        tok = self.peek
+        tok = self.toks[self.pos]
         if tok.kind != "eof":
             self.last = self.pos
             self.pos += 1
         return tok
 
     def at(self, text: str) -> bool:
-        tok = self.peek
-        return tok.kind in ("op", "sup", "sub") and tok.text == text
+        tok = self.toks[self.pos]
+        return tok.text == text and tok.kind in ("op", "sup", "sub")
 
     def expect(self, text: str, what: str | None = None) -> Token:
         tok = self.peek
-        if tok.kind in ("op", "sup", "sub") and tok.text == text:
+        if tok.text == text and tok.kind in ("op", "sup", "sub"):
             return self.advance()
         self.fail(tok.span, "expected-token", f"expected '{text}'{' ' + what if what else ''}, found {self.describe(tok)}")
+
+    def close(self, opener: Token, closer: str, what: str) -> int:
+        """Consume ``closer`` and return its end. An opener still open when
+        the statement ends is reported at the opener and treated as closed,
+        so that the statement still parses."""
+        tok = self.peek
+        if tok.text == closer and tok.kind == "op":
+            return self.advance().end
+        if tok.kind == "eof" or (tok.kind == "op" and tok.text in _STATEMENT_END):
+            self.report(opener.span, "unbalanced-bracket", f"'{opener.text}'{' ' + what if what else ''} is never closed")
+            return self.prev_end
+        self.fail(tok.span, "expected-token",
+                  f"expected '{closer}' to close '{opener.text}'{' ' + what if what else ''}, found {self.describe(tok)}")
 
     def describe(self, tok: Token) -> str:
         if tok.kind == "eof":
             return "end of file"
-        if tok.kind == "error":
-            return f"unexpected character {tok.text!r}"
         return f"'{tok.text}'"
+
+    def column(self, tok: Token) -> int:
+        return tok.start - (self.text.rfind("\n", 0, tok.start) + 1)
 
     def trailing_comment(self) -> str | None:
         """A comment on the same line right after the token just consumed."""
-        k = self.last + 1
-        tok = self.tokens[k] if k < len(self.tokens) else None
-        if tok is None or tok.kind != "comment" or not tok.trailing:
+        if self.last < 0 or not self.comments:
             return None
-        if self.pos == k:
-            self.pos += 1
-        else:  # already absorbed by a look-ahead
-            self.pending = [(i, c) for i, c in self.pending if i != k]
-        return tok.text
+        k = bisect.bisect_left(self._comment_starts, self.toks[self.last].end)
+        if k >= len(self.comments) or self._comment_taken[k]:
+            return None
+        comment = self.comments[k]
+        if not comment.trailing or comment.start > self.toks[self.last + 1].start:
+            return None
+        self._comment_taken[k] = True
+        return comment.text
 
     def take_pending(self) -> tuple[str, ...]:
-        self._absorb_comments()
-        taken = tuple(c for _, c in self.pending)
-        self.pending = []
-        return taken
+        """Comments before the next token not yet attached to a node."""
+        limit = self.toks[self.pos].start
+        taken = []
+        k = self._comment_next
+        comments = self.comments
+        while k < len(comments) and comments[k].start < limit:
+            if not self._comment_taken[k]:
+                self._comment_taken[k] = True
+                taken.append(comments[k].text)
+            k += 1
+        self._comment_next = k
+        return tuple(taken)
+
+    @staticmethod
+    def int_value(tok: Token) -> int | None:
+        """The value of an integer literal, or None for a float literal or
+        one too long to convert (Python refuses more than 4,300 digits)."""
+        text = tok.text
+        if not text.isdigit() or len(text) > 4000:
+            return None
+        return int(text)
 
     # ---------------------------------------------------------------- errors
 
     def report(self, span: Span, code: str, message: str) -> None:
-        # One error per position: recovery can otherwise repeat itself.
-        if span.start in self._errors_at:
+        # Recovery can come back to the same place: report it once.
+        key = (span.start, span.end, code)
+        if key in self._reported:
             return
-        self._errors_at.add(span.start)
+        self._reported.add(key)
         self.diagnostics.append(error(span, code, message))
 
     def fail(self, span: Span, code: str, message: str):
         self.report(span, code, message)
         raise _Recover()
 
-    def synchronize(self, depth_stop: bool = True) -> None:
+    def synchronize(self) -> None:
         """Skip to just after the next ``;`` at bracket depth 0, or stop
-        before a ``]`` that closes an enclosing body."""
+        before a ``]`` that closes an enclosing body, or before a new line
+        that starts a loop or a declaration."""
         depth = 0
         start = self.pos
         while True:
             tok = self.peek
             if tok.kind == "eof":
                 return
-            if tok.kind == "op":
-                if tok.text in "[({":
+            if tok.kind in ("sup", "sub"):
+                depth += 1
+            elif tok.kind == "op":
+                text = tok.text
+                if text == "(" or text == "[" or text == "{":
                     depth += 1
-                elif tok.text in ")}":
+                elif text == ")" or text == "}":
                     depth = max(0, depth - 1)
-                elif tok.text == "]":
+                elif text == "]":
                     if depth == 0:
                         if self.pos == start:
-                            # Stray ']' at statement start: consume it (and
+                            # A stray ']' at statement start: consume it (and
                             # a following ';') so that we make progress.
                             self.advance()
                             if self.at(";"):
                                 self.advance()
                         return
                     depth -= 1
-                elif tok.text == ";" and depth == 0:
+                elif text == ";" and depth == 0:
                     self.advance()
                     return
-            # A new line that starts like a declaration or a loop is a good
-            # place to resume after an error on the previous line.
-            if tok.newline_before and self.pos != start and depth == 0 and self._starts_statement():
+            if tok.newline_before and self.pos != start and self._starts_statement():
                 return
             self.advance()
 
     def _starts_statement(self) -> bool:
+        return self._at_decl() or self._at_loop()
+
+    def _at_decl(self) -> bool:
         tok = self.peek
-        if tok.kind != "ident":
+        return tok.kind == "ident" and tok.text in ("in", "out", "tmp") and self.peek_at(1).kind == "ident"
+
+    def _at_loop(self) -> bool:
+        tok = self.peek
+        return tok.kind == "ident" and self.peek_at(1).kind == "sup" and self.peek_at(2).kind == "number"
+
+    def _closed_by_layout(self, nest_column: int) -> bool:
+        """Whether the next token shows that a ``]`` is missing: the text has
+        fewer ``]`` than ``[``, and a new line starts a declaration, or a
+        loop no deeper than the nest being parsed."""
+        tok = self.peek
+        if not self.unclosed_budget or not tok.newline_before:
             return False
-        nxt = self.peek_at(1)
-        if tok.text in ("in", "out", "tmp") and nxt.kind == "ident":
+        if self._at_decl():
             return True
-        return nxt.kind == "sup" and self.peek_at(2).kind == "number"
+        return (self._at_loop() or self.at("[")) and self.column(tok) <= nest_column
 
     # ------------------------------------------------------------ statements
 
@@ -201,7 +293,7 @@ class _Parser:
                 break
             start = self.pos
             try:
-                if tok.kind == "ident" and tok.text in ("in", "out", "tmp") and self.peek_at(1).kind == "ident":
+                if self._at_decl():
                     decls.append(self.decl())
                 elif tok.kind == "op" and tok.text == "]":
                     self.fail(tok.span, "unbalanced-bracket", "']' without a matching '['")
@@ -233,12 +325,13 @@ class _Parser:
             self.advance()
             while True:
                 dim = self.peek
-                if dim.kind != "number" or not dim.text.isdigit():
+                value = self.int_value(dim) if dim.kind == "number" else None
+                if value is None:
                     self.fail(dim.span, "expected-extent", f"expected a positive integer extent, found {self.describe(dim)}")
                 self.advance()
-                if int(dim.text) <= 0:
+                if value <= 0:
                     self.report(dim.span, "bad-extent", "a tensor dimension must be at least 1")
-                shape.append(int(dim.text))
+                shape.append(value)
                 if self.at(","):
                     self.advance()
                     continue
@@ -268,50 +361,55 @@ class _Parser:
         )
 
     def unit(self) -> A.Nest:
-        tok = self.peek
         if self._at_loop() or self.at("["):
             return self.nest()
         # A bare top-level equation (Step-TP allows ``A=B;`` outside brackets).
         eq = self.equation()
         return A.Nest((), (eq,), eq.span, bracketed=False)
 
-    def _at_loop(self) -> bool:
-        tok = self.peek
-        return tok.kind == "ident" and self.peek_at(1).kind == "sup" and self.peek_at(2).kind == "number"
-
     def nest(self) -> A.Nest:
-        start = self.peek.start
+        first = self.peek
+        start = first.start
+        nest_column = self.column(first)
         loops: list[A.Loop] = []
-        pushed = 0
         open_comments = A.NO_COMMENTS
+        self.nesting += 1
+        outer_vars = len(self.loop_vars)
         try:
+            if self.nesting > MAX_NESTING:
+                self.fail(first.span, "too-deep", f"loop bodies nested more than {MAX_NESTING} deep")
             while self._at_loop():
                 loop = self.loop()
                 loops.append(loop)
                 self.loop_vars.append(loop.var)
-                pushed += 1
-            if not loops:
-                before = self.take_pending()
-            tok = self.peek
+            before = () if loops else self.take_pending()
+            open_tok = self.peek
             if not self.at("["):
-                if loops:
-                    self.fail(tok.span, "expected-token", f"expected '[' or another loop after the loop header, found {self.describe(tok)}")
-                self.fail(tok.span, "expected-token", f"expected '[', found {self.describe(tok)}")
+                what = "'[' or another loop after the loop header" if loops else "'['"
+                self.fail(open_tok.span, "expected-token", f"expected {what}, found {self.describe(open_tok)}")
             self.advance()
             after = self.trailing_comment()
             if loops:
                 if after is not None:
                     last = loops[-1]
-                    loops[-1] = _with_comments(last, A.Comments(last.comments.before, after))
+                    loops[-1] = replace(last, comments=A.Comments(last.comments.before, after))
             else:
                 open_comments = A.Comments(before, after)
             body: list[A.Item] = []
+            attempted = False
             while True:
                 tok = self.peek
-                if tok.kind == "eof":
-                    self.fail(Span(start, start + 1), "unbalanced-bracket", "'[' is never closed")
-                if self.at("]"):
+                if tok.kind == "eof" or self._closed_by_layout(nest_column):
+                    # Keep what was parsed: the body's own errors are
+                    # reported, and the analysis still sees its equations.
+                    self.report(open_tok.span, "unbalanced-bracket", "'[' is never closed")
+                    if tok.kind != "eof":
+                        self.unclosed_budget -= 1
+                    return A.Nest(tuple(loops), tuple(body), Span(start, max(self.prev_end, open_tok.end)),
+                                  open_comments=open_comments)
+                if tok.kind == "op" and tok.text == "]":
                     break
+                attempted = True
                 item_start = self.pos
                 try:
                     if self._at_loop() or self.at("["):
@@ -323,21 +421,25 @@ class _Parser:
                 if self.pos == item_start:
                     self.advance()
             end_before = self.take_pending()
-            self.advance()  # ]
-            end_tok = self.expect(";", "after ']'")
+            close_tok = self.advance()  # ]
+            end = close_tok.end
+            if self.at(";"):
+                end = self.advance().end
+            else:
+                self.report(Span(end, end), "expected-token", f"expected ';' after ']', found {self.describe(self.peek)}")
             end_after = self.trailing_comment()
-            if not body:
-                self.report(Span(start, end_tok.end), "empty-body", "a loop body needs at least one equation")
+            if not body and not attempted:
+                self.report(Span(start, end), "empty-body", "a loop body needs at least one equation")
             return A.Nest(
                 tuple(loops),
                 tuple(body),
-                Span(start, end_tok.end),
+                Span(start, end),
                 A.Comments(end_before, end_after),
                 open_comments,
             )
         finally:
-            for _ in range(pushed):
-                self.loop_vars.pop()
+            self.nesting -= 1
+            del self.loop_vars[outer_vars:]
 
     def loop(self) -> A.Loop:
         before = self.take_pending()
@@ -348,15 +450,14 @@ class _Parser:
                 "unknown-loop-kind",
                 f"unknown loop kind '{kind_tok.text}'; expected L (serial), P (parallel), V (vectorized), U (unrolled) or B (thread-bound)",
             )
-        self.expect("^{")
-        extent_tok = self.advance()  # a number: _at_loop checked it
-        if not extent_tok.text.isdigit():
+        self.advance()  # ^{ (_at_loop checked it)
+        extent_tok = self.advance()  # a number (_at_loop checked it)
+        extent = self.int_value(extent_tok)
+        if extent is None:
             self.report(extent_tok.span, "bad-extent", f"a loop extent must be a positive integer, not {extent_tok.text}")
             extent = 1
-        else:
-            extent = int(extent_tok.text)
-            if extent <= 0:
-                self.report(extent_tok.span, "bad-extent", "a loop extent must be at least 1")
+        elif extent <= 0:
+            self.report(extent_tok.span, "bad-extent", "a loop extent must be at least 1")
         self.expect("}", "after the loop extent")
         self.expect("_{", "(the loop variable, as in _{i=0})")
         var_tok = self.peek
@@ -367,7 +468,8 @@ class _Parser:
             self.report(var_tok.span, "reserved-name", f"'{var_tok.text}' is a reserved word and cannot name a loop variable")
         self.expect("=", "after the loop variable")
         start_tok = self.peek
-        if start_tok.kind != "number" or not start_tok.text.isdigit():
+        start = self.int_value(start_tok) if start_tok.kind == "number" else None
+        if start is None:
             self.fail(start_tok.span, "expected-loop-start", f"expected the loop's integer start (usually 0), found {self.describe(start_tok)}")
         self.advance()
         end_tok = self.expect("}", "after the loop start")
@@ -376,7 +478,7 @@ class _Parser:
             kind_tok.text,
             extent,
             var_tok.text,
-            int(start_tok.text),
+            start,
             Span(kind_tok.start, end_tok.end),
             kind_tok.span,
             extent_tok.span,
@@ -402,22 +504,36 @@ class _Parser:
             self.advance()
             predicate = self.expr()
         end_tok = self.peek
-        if not self.at(";"):
+        if self.at(";"):
+            end = self.advance().end
+        elif end_tok.kind == "eof" or end_tok.newline_before or (end_tok.kind == "op" and end_tok.text == "]"):
+            # The equation is complete; only its ';' is missing.
+            end = self.prev_end
+            self.report(Span(end, end), "expected-token", f"expected ';' after the equation, found {self.describe(end_tok)}")
+        else:
             self.fail(end_tok.span, "expected-token", f"expected ';' to end the equation, found {self.describe(end_tok)}")
-        self.advance()
         after = self.trailing_comment()
-        return A.Equation(lhs, rhs, predicate, Span(lhs.span.start, end_tok.end), A.Comments(before, after))
+        return A.Equation(lhs, rhs, predicate, Span(lhs.span.start, end), A.Comments(before, after))
 
     # ------------------------------------------------------------ expressions
+    #
+    # The _-prefixed methods return (node, depth of its tree).
 
     def access(self) -> A.Access:
+        return self._access()[0]
+
+    def expr(self, index: bool = False) -> A.Expr:
+        return self._expr(index, 0)[0]
+
+    def _access(self) -> tuple[A.Access, int]:
         name_tok = self.advance()
         if name_tok.text in RESERVED:
             self.fail(name_tok.span, "reserved-name", f"'{name_tok.text}' is a reserved word and cannot name a tensor")
         end = name_tok.end
         dtype = scope = None
+        depth = 1
         if self.peek.kind == "sup":
-            self.advance()
+            sup = self.advance()
             dtype_tok = self.peek
             if dtype_tok.kind != "ident":
                 self.fail(dtype_tok.span, "expected-dtype", f"expected a dtype in {name_tok.text}'s superscript, found {self.describe(dtype_tok)}")
@@ -434,83 +550,114 @@ class _Parser:
                 if scope_tok.text not in A.SCOPES:
                     self.report(scope_tok.span, "unknown-scope", f"unknown scope '{scope_tok.text}'; expected g, s or l")
                 scope = scope_tok.text
-            end = self.expect("}", f"to close {name_tok.text}'s superscript").end
+            end = self.close(sup, "}", f"of {name_tok.text}'s superscript")
         indices = None
         if self.peek.kind == "sub":
-            self.advance()
-            items = [self.expr(index=True)]
-            while self.at(","):
-                self.advance()
-                items.append(self.expr(index=True))
-            end = self.expect("}", f"to close {name_tok.text}'s subscript").end
+            sub = self.advance()
+            self.nesting += 1
+            try:
+                if self.nesting > MAX_NESTING:
+                    self.fail(sub.span, "too-deep", f"expression nested more than {MAX_NESTING} deep")
+                item, item_depth = self._expr(True, 0)
+                items = [item]
+                while self.at(","):
+                    self.advance()
+                    item, d = self._expr(True, 0)
+                    items.append(item)
+                    item_depth = max(item_depth, d)
+            finally:
+                self.nesting -= 1
+            depth = item_depth + 1
+            end = self.close(sub, "}", f"of {name_tok.text}'s subscript")
             indices = tuple(items)
-        return A.Access(name_tok.text, indices, dtype, scope, Span(name_tok.start, end), name_tok.span)
+        return A.Access(name_tok.text, indices, dtype, scope, Span(name_tok.start, end), name_tok.span), depth
 
-    def expr(self, index: bool = False, min_prec: int = 0) -> A.Expr:
-        lhs = self.unary(index)
-        while True:
-            tok = self.peek
-            if tok.kind != "op" or tok.text not in A.BINARY_PRECEDENCE:
-                return lhs
-            prec = A.BINARY_PRECEDENCE[tok.text]
-            if prec < min_prec:
-                return lhs
-            self.advance()
-            next_min = prec if tok.text == "**" else prec + 1
-            rhs = self.expr(index, next_min)
-            lhs = A.Binary(tok.text, lhs, rhs, lhs.span.cover(rhs.span))
+    def _expr(self, index: bool, min_prec: int) -> tuple[A.Expr, int]:
+        self.nesting += 1
+        try:
+            if self.nesting > MAX_NESTING:
+                self.fail(self.peek.span, "too-deep", f"expression nested more than {MAX_NESTING} deep")
+            lhs, depth = self._unary(index)
+            while True:
+                tok = self.peek
+                if tok.kind != "op":
+                    return lhs, depth
+                prec = _PREC.get(tok.text)
+                if prec is None or prec < min_prec:
+                    return lhs, depth
+                self.advance()
+                # ``**`` is right associative: its right operand may hold
+                # another ``**``; every other operator is left associative.
+                rhs, rhs_depth = self._expr(index, prec if tok.text == "**" else prec + 1)
+                depth = max(depth, rhs_depth) + 1
+                if depth > MAX_EXPR_DEPTH:
+                    self.fail(tok.span, "too-deep", f"expression more than {MAX_EXPR_DEPTH} operations deep; split the equation")
+                lhs = A.Binary(tok.text, lhs, rhs, Span(lhs.span.start, rhs.span.end))
+        finally:
+            self.nesting -= 1
 
-    def unary(self, index: bool) -> A.Expr:
+    def _unary(self, index: bool) -> tuple[A.Expr, int]:
         tok = self.peek
-        if tok.kind == "op" and tok.text in ("-", "!"):
+        if tok.kind == "op" and (tok.text == "-" or tok.text == "!"):
             self.advance()
-            operand = self.expr(index, A.UNARY_PRECEDENCE)
-            return A.Unary(tok.text, operand, Span(tok.start, operand.span.end))
-        return self.primary(index)
+            operand, depth = self._expr(index, A.UNARY_PRECEDENCE)
+            return A.Unary(tok.text, operand, Span(tok.start, operand.span.end)), depth + 1
+        return self._primary(index)
 
-    def primary(self, index: bool) -> A.Expr:
+    def _primary(self, index: bool) -> tuple[A.Expr, int]:
         tok = self.peek
-        if tok.kind == "number":
+        kind = tok.kind
+        if kind == "number":
             self.advance()
-            is_int = tok.text.isdigit()
-            return A.Num(int(tok.text) if is_int else float(tok.text), tok.text, tok.span)
-        if tok.kind == "op" and tok.text == "(":
+            value = self.int_value(tok)
+            if value is None:
+                if tok.text.isdigit():
+                    self.report(tok.span, "bad-number", "integer literal too long")
+                    value = 0
+                else:
+                    value = float(tok.text)
+            return A.Num(value, tok.text, tok.span), 1
+        if kind == "op" and tok.text == "(":
             self.advance()
-            inner = self.expr(index)
-            close = self.expect(")", "to close '('")
+            inner, depth = self._expr(index, 0)
+            end = self.close(tok, ")", "")
             # Spans of parenthesised expressions cover the parentheses.
-            return _respan(inner, Span(tok.start, close.end))
-        if tok.kind == "ident":
+            return replace(inner, span=Span(tok.start, end)), depth
+        if kind == "ident":
             nxt = self.peek_at(1)
             if nxt.kind == "op" and nxt.text == "(":
-                return self.call()
+                return self._call()
             if tok.text == "inf" and nxt.kind not in ("sup", "sub"):
                 self.advance()
-                return A.Num(float("inf"), "inf", tok.span)
+                return A.Num(float("inf"), "inf", tok.span), 1
             if nxt.kind in ("sup", "sub"):
                 if index:
                     self.fail(tok.span, "tensor-in-index", f"an index may only use loop variables and integers, not tensor {tok.text}")
-                return self.access()
+                return self._access()
             if index or tok.text in self.loop_vars:
                 self.advance()
-                return A.Var(tok.text, tok.span)
+                return A.Var(tok.text, tok.span), 1
             if tok.text in RESERVED:
                 self.fail(tok.span, "reserved-name", f"'{tok.text}' is a reserved word here")
             self.advance()
-            return A.Access(tok.text, None, None, None, tok.span, tok.span)
+            return A.Access(tok.text, None, None, None, tok.span, tok.span), 1
         self.fail(tok.span, "expected-expression", f"expected an expression, found {self.describe(tok)}")
 
-    def call(self) -> A.Call:
+    def _call(self) -> tuple[A.Call, int]:
         name_tok = self.advance()
-        self.advance()  # (
+        open_tok = self.advance()  # (
         args: list[A.Expr] = []
+        depth = 0
         if not self.at(")"):
-            args.append(self.expr())
+            arg, depth = self._expr(False, 0)
+            args.append(arg)
             while self.at(","):
                 self.advance()
-                args.append(self.expr())
-        close = self.expect(")", f"to close the call of {name_tok.text}")
-        span = Span(name_tok.start, close.end)
+                arg, d = self._expr(False, 0)
+                args.append(arg)
+                depth = max(depth, d)
+        end = self.close(open_tok, ")", f"of the call of {name_tok.text}")
+        span = Span(name_tok.start, end)
         func = name_tok.text
         if func in A.FUNCTIONS:
             arity = A.FUNCTIONS[func]
@@ -521,16 +668,4 @@ class _Parser:
                 self.report(span, "wrong-arity", f"the cast {func}(x) takes 1 argument, got {len(args)}")
         else:
             self.report(name_tok.span, "unknown-function", f"unknown function '{func}'; expected one of {', '.join(A.FUNCTIONS)} or a dtype cast")
-        return A.Call(func, tuple(args), span, name_tok.span)
-
-
-def _respan(expr: A.Expr, span: Span) -> A.Expr:
-    from dataclasses import replace
-
-    return replace(expr, span=span)
-
-
-def _with_comments(loop: A.Loop, comments: A.Comments) -> A.Loop:
-    from dataclasses import replace
-
-    return replace(loop, comments=comments)
+        return A.Call(func, tuple(args), span, name_tok.span), depth + 1

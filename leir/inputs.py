@@ -1,0 +1,113 @@
+"""Tensor values for running a LEIR program: NumPy dtypes, input checking
+and reproducible random inputs.
+
+Shared by the NumPy evaluator (``leir.evaluate``) and the TVM runner
+(``leir.run``), so both accept and reject exactly the same inputs. Imports
+nothing but NumPy (and ml_dtypes, which TVM depends on, for bf16/f8/i4).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from leir import ast as A
+from leir.semantics import Analysis, TensorInfo
+
+
+class InputError(ValueError):
+    """An input is missing, unknown, or of the wrong shape or dtype."""
+
+
+#: LEIR dtypes NumPy lacks; ml_dtypes provides them under these names.
+_ML_DTYPES = {"bf16": "bfloat16", "f8e4m3fn": "float8_e4m3fn", "f8e5m2": "float8_e5m2", "i4": "int4", "u4": "uint4"}
+
+
+def numpy_dtype(dtype: str) -> np.dtype:
+    """The NumPy dtype that stores a LEIR dtype (``"f32"`` -> float32)."""
+    if dtype in _ML_DTYPES:
+        try:
+            import ml_dtypes
+        except ImportError as exc:  # pragma: no cover - ml_dtypes ships with TVM
+            raise InputError(f"{dtype} tensors need the ml_dtypes package") from exc
+        return np.dtype(getattr(ml_dtypes, _ML_DTYPES[dtype]))
+    return np.dtype(A.DTYPES[dtype])
+
+
+def is_float(dtype: str) -> bool:
+    return dtype.startswith(("f", "bf"))
+
+
+def is_integer(dtype: str) -> bool:
+    return dtype.startswith(("i", "u"))
+
+
+def describe(t: TensorInfo) -> str:
+    """``(128, 64) f32``: how messages name a tensor's expected type."""
+    return f"{tuple(t.shape)} {t.dtype}"
+
+
+def check_inputs(analysis: Analysis, inputs: dict[str, object]) -> dict[str, np.ndarray]:
+    """Every input of the program as an array of its declared shape and
+    dtype. Arrays of another dtype of the same kind (float64 for an f32
+    input) are converted; anything else raises ``InputError``."""
+    expected = {t.name: t for t in analysis.inputs()}
+    for name in inputs:
+        if name not in expected:
+            if name in analysis.tensors:
+                raise InputError(f"{name} is {_role_name(analysis.tensors[name].role)}, not an input of the program")
+            known = ", ".join(expected) or "none"
+            raise InputError(f"unknown input {name} (the program's inputs: {known})")
+    arrays = {}
+    for name, t in expected.items():
+        if name not in inputs:
+            raise InputError(f"input {name}: missing (expected {describe(t)})")
+        arrays[name] = _as_input_array(t, inputs[name])
+    return arrays
+
+
+def _as_input_array(t: TensorInfo, value: object) -> np.ndarray:
+    array = np.asarray(value)
+    if array.shape != tuple(t.shape):
+        raise InputError(f"input {t.name}: expected shape {describe(t)}, got {array.shape} {array.dtype}")
+    target = numpy_dtype(t.dtype)
+    if array.dtype != target and array.dtype.kind not in _ACCEPTED_KINDS[_kind(t.dtype)]:
+        raise InputError(f"input {t.name}: expected {describe(t)}, got {array.shape} {array.dtype}")
+    return np.ascontiguousarray(array, dtype=target)
+
+
+#: NumPy kinds an input array may have for each kind of LEIR dtype: floats
+#: take floats and integers, integers take integers, booleans only booleans.
+_ACCEPTED_KINDS = {"float": "fiu", "int": "iu", "bool": "b"}
+
+
+def _kind(dtype: str) -> str:
+    if dtype == "bool":
+        return "bool"
+    return "float" if is_float(dtype) else "int"
+
+
+def _role_name(role: str) -> str:
+    return {"out": "an output", "tmp": "a temporary", "in": "an input"}[role]
+
+
+def random_inputs(analysis: Analysis, seed: int = 0) -> dict[str, np.ndarray]:
+    """Reproducible inputs for every input tensor, in declaration order:
+    floats uniform in [-1, 1); integers small (-8..7 signed, 0..7 unsigned)
+    so that sums stay far from overflow; booleans fair coin flips."""
+    rng = np.random.default_rng(seed)
+    return {t.name: random_array(t, rng) for t in analysis.inputs()}
+
+
+def random_array(t: TensorInfo, rng: np.random.Generator) -> np.ndarray:
+    shape = tuple(t.shape)
+    target = numpy_dtype(t.dtype)
+    if t.dtype == "bool":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if is_integer(t.dtype):
+        low = 0 if t.dtype.startswith("u") else -8
+        return rng.integers(low, 8, size=shape).astype(target)
+    return rng.uniform(-1.0, 1.0, size=shape).astype(target)
+
+
+def zeros(t: TensorInfo) -> np.ndarray:
+    return np.zeros(tuple(t.shape), dtype=numpy_dtype(t.dtype))

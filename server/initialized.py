@@ -1,0 +1,20 @@
+"""``initialized``: the client has the server's capabilities and is ready.
+
+Say which server and version answered, in the client's log (in VS Code, the
+"leir-lsp" output channel), so a bug report can name them.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+
+logger = logging.getLogger(__name__)
+
+
+def handle(server: LanguageServer, params: types.InitializedParams) -> None:
+    message = f"{server.name} {server.version} ready"
+    logger.info(message)
+    server.window_log_message(types.LogMessageParams(type=types.MessageType.Info, message=message))
