@@ -1,17 +1,31 @@
-"""Index expressions as affine forms, and their bounds over loop ranges.
+"""Index expressions as affine forms, their bounds over loop ranges, and
+exact answers by enumerating small iteration spaces.
 
 An index like ``i*32+j-1`` is ``{i: 32, j: 1} + (-1)``. Bounds of an affine
 form over independent loop ranges are exact; ``//`` and ``%`` (produced by
-loop fusion) are bounded by interval arithmetic.
+loop fusion) are bounded by interval arithmetic, which may over-estimate.
+Where an over-estimate is not good enough (a guard, a ``%`` that wraps, a
+race between iterations), ``Space`` enumerates the iteration points with
+NumPy when there are at most ``MAX_POINTS`` of them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from leir import ast as A
 
+if TYPE_CHECKING:
+    import numpy as np
+
 Range = tuple[int, int]  # inclusive (lo, hi)
+
+#: Most iteration points one check enumerates: 2^20 int64 values are 8 MB
+#: per array and take a few milliseconds to evaluate and sort.
+MAX_POINTS = 1 << 20
+#: Values beyond this are not enumerated: products could overflow int64.
+_MAX_MAGNITUDE = 1 << 62
 
 
 @dataclass(frozen=True)
@@ -87,7 +101,8 @@ def _lin(e: A.Expr) -> tuple[dict[str, int], int] | None:
 
 def bounds(expr: A.Expr, ranges: dict[str, Range]) -> Range | None:
     """Inclusive bounds of an integer expression over the loop ranges, or
-    None when they cannot be computed (unknown variable, non-integer...)."""
+    None when they cannot be computed (unknown variable, non-integer...).
+    Exact for affine expressions, an over-estimate for some others."""
     form = linearize(expr)
     if form is not None:
         if not form.variables <= ranges.keys():
@@ -126,4 +141,239 @@ def loop_ranges(loops: tuple[A.Loop, ...] | list[A.Loop]) -> dict[str, Range]:
 
 
 def index_vars(expr: A.Expr) -> frozenset[str]:
-    return frozenset(n.name for n in A.walk(expr) if isinstance(n, A.Var))
+    names = set()
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, A.Var):
+            names.add(e.name)
+        elif isinstance(e, A.Binary):
+            stack.append(e.lhs)
+            stack.append(e.rhs)
+        elif isinstance(e, A.Unary):
+            stack.append(e.operand)
+        elif isinstance(e, A.Call):
+            stack.extend(e.args)
+        elif isinstance(e, A.Access) and e.indices:
+            stack.extend(e.indices)
+    return frozenset(names)
+
+
+def separates(forms: list[Affine], var: str, ranges: dict[str, Range]) -> bool:
+    """Whether two points that differ in ``var`` always differ in the value
+    of some form. ``var`` and the other variables in ``ranges`` are free
+    (each point picks its own values); variables not in ``ranges`` are the
+    same at both points and cancel out.
+
+    A sufficient test (True is a proof, False proves nothing): a variable is
+    pinned (equal at both points) when, in some form, its coefficient is
+    larger than the widest swing of that form's other unpinned variables;
+    pinning one variable can pin others, as in the mixed radix
+    ``a*4+b`` (b < 4) or ``{v+j, j}``.
+    """
+    width = {x: hi - lo for x, (lo, hi) in ranges.items()}
+    if width.get(var, 0) == 0:
+        return True  # a single iteration cannot race with itself
+    unpinned = {x for f in forms for x, _ in f.coeffs if x in width} | {var}
+    changed = True
+    while changed and var in unpinned:
+        changed = False
+        for f in forms:
+            terms = [(x, abs(c)) for x, c in f.coeffs if x in unpinned]
+            if not terms:
+                continue
+            swing = sum(c * width[x] for x, c in terms)
+            for x, c in terms:
+                if c > swing - c * width[x]:
+                    unpinned.discard(x)
+                    changed = True
+    return var not in unpinned
+
+
+def guard_upper_bounds(guard: A.Expr | None) -> list[tuple[Affine, int]]:
+    """Affine upper bounds a guard implies: ``(f, k)`` for each conjunct
+    that says ``f <= k`` (``i*32+j < 100`` gives ``({i: 32, j: 1}, 99)``;
+    ``a >= b`` gives ``b - a <= 0``). Conjuncts that are not affine
+    comparisons imply nothing here."""
+    out: list[tuple[Affine, int]] = []
+    stack = [guard] if guard is not None else []
+    while stack:
+        e = stack.pop()
+        if not isinstance(e, A.Binary):
+            continue
+        if e.op == "&":
+            stack.append(e.lhs)
+            stack.append(e.rhs)
+            continue
+        if e.op not in ("<", "<=", ">", ">=", "=="):
+            continue
+        lhs, rhs = linearize(e.lhs), linearize(e.rhs)
+        if lhs is None or rhs is None:
+            continue
+        diffs = []  # lhs - rhs <= bound, or rhs - lhs <= bound
+        if e.op in ("<", "<=", "=="):
+            diffs.append((_sub(lhs, rhs), -1 if e.op == "<" else 0))
+        if e.op in (">", ">=", "=="):
+            diffs.append((_sub(rhs, lhs), -1 if e.op == ">" else 0))
+        for form, bound in diffs:
+            # form + const <= bound  ->  form <= bound - const
+            out.append((Affine(form.coeffs, 0), bound - form.const))
+    return out
+
+
+def _sub(a: Affine, b: Affine) -> Affine:
+    coeffs = dict(a.coeffs)
+    for v, c in b.coeffs:
+        coeffs[v] = coeffs.get(v, 0) - c
+    return Affine.of(coeffs, a.const - b.const)
+
+
+def guarded_bounds(form: Affine, ranges: dict[str, Range], guard: A.Expr | None) -> Range:
+    """Bounds of an affine index over the loop ranges, tightened by the
+    guard's affine conjuncts on the same combination of variables (the
+    imperfect split ``Y_{io*32+ii} ... where io*32+ii < 100``)."""
+    lo, hi = form.bounds(ranges)
+    for bound_form, k in guard_upper_bounds(guard):
+        if bound_form.coeffs == form.coeffs:
+            hi = min(hi, k + form.const)
+        elif bound_form.coeffs == tuple((v, -c) for v, c in form.coeffs):
+            lo = max(lo, form.const - k)
+    return lo, hi
+
+
+# ---------------------------------------------------------------- enumeration
+
+
+def _numpy():
+    import numpy
+
+    return numpy
+
+
+class Space:
+    """The iteration points of some loops, as broadcastable NumPy axes, for
+    checks that need exact answers. Build it only for ``size <= MAX_POINTS``.
+    """
+
+    def __init__(self, loops: list[A.Loop]):
+        np = _numpy()
+        self.loops = list(loops)
+        self.shape = tuple(l.extent for l in self.loops)
+        self.size = 1
+        for n in self.shape:
+            self.size *= n
+        self.axes: dict[str, np.ndarray] = {}
+        for k, loop in enumerate(self.loops):
+            view = [1] * len(self.loops)
+            view[k] = loop.extent
+            self.axes[loop.var] = np.arange(loop.start, loop.start + loop.extent, dtype=np.int64).reshape(view)
+
+    @staticmethod
+    def size_of(loops: list[A.Loop]) -> int:
+        n = 1
+        for l in loops:
+            n *= max(l.extent, 1)
+        return n
+
+    def full(self, values) -> "np.ndarray":
+        """``values`` (an array or scalar from ``evaluate``) at every point,
+        flattened."""
+        np = _numpy()
+        return np.broadcast_to(values, self.shape).reshape(-1)
+
+    def evaluate(self, expr: A.Expr):
+        """The values of an integer or boolean expression over the space
+        (broadcastable to ``shape``), or None when it cannot be evaluated
+        here: it reads a tensor, uses a variable not in the space, divides
+        with ``/``, calls a function other than max/min/if_then_else, or
+        its values could overflow int64."""
+        np = _numpy()
+        try:
+            with np.errstate(all="raise"):
+                return self._eval(expr, np)
+        except (_NotEvaluable, FloatingPointError, OverflowError, ZeroDivisionError):
+            return None
+
+    def _eval(self, e: A.Expr, np):
+        if isinstance(e, A.Num):
+            if isinstance(e.value, int):
+                if abs(e.value) >= _MAX_MAGNITUDE:
+                    raise _NotEvaluable
+                return np.int64(e.value)
+            raise _NotEvaluable  # float literals: not an index computation
+        if isinstance(e, A.Var):
+            axis = self.axes.get(e.name)
+            if axis is None:
+                raise _NotEvaluable
+            return axis
+        if isinstance(e, A.Unary):
+            x = self._eval(e.operand, np)
+            if e.op == "-":
+                return -_integer(x, np)
+            return np.logical_not(_boolean(x, np))
+        if isinstance(e, A.Binary):
+            a = self._eval(e.lhs, np)
+            b = self._eval(e.rhs, np)
+            op = e.op
+            if op in ("&", "|"):
+                a, b = _boolean(a, np), _boolean(b, np)
+                return np.logical_and(a, b) if op == "&" else np.logical_or(a, b)
+            if op in A.COMPARISONS:
+                a, b = _integer(a, np), _integer(b, np)
+                return {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
+                        "==": np.equal, "!=": np.not_equal}[op](a, b)
+            a, b = _integer(a, np), _integer(b, np)
+            if op == "+":
+                return _checked(a + b, np)
+            if op == "-":
+                return _checked(a - b, np)
+            if op == "*":
+                if _magnitude(a, np) * _magnitude(b, np) >= _MAX_MAGNITUDE:
+                    raise _NotEvaluable
+                return a * b
+            if op in ("//", "%"):
+                if np.any(b == 0):
+                    raise _NotEvaluable
+                # NumPy's integer // and % floor, like LEIR's (and TVM's
+                # floordiv/floormod).
+                return a // b if op == "//" else a % b
+            raise _NotEvaluable  # "/" and "**" are not index arithmetic
+        if isinstance(e, A.Call):
+            args = [self._eval(a, np) for a in e.args]
+            if e.func in ("max", "min") and len(args) == 2:
+                a, b = _integer(args[0], np), _integer(args[1], np)
+                return np.maximum(a, b) if e.func == "max" else np.minimum(a, b)
+            if e.func == "if_then_else" and len(args) == 3:
+                cond = _boolean(args[0], np)
+                return np.where(cond, _integer(args[1], np), _integer(args[2], np))
+        raise _NotEvaluable
+
+
+class _NotEvaluable(Exception):
+    pass
+
+
+def _integer(x, np):
+    if np.asarray(x).dtype == np.bool_:
+        return np.asarray(x, dtype=np.int64)
+    return x
+
+
+def _boolean(x, np):
+    arr = np.asarray(x)
+    if arr.dtype != np.bool_:
+        return arr != 0
+    return arr
+
+
+def _magnitude(x, np) -> int:
+    arr = np.asarray(x)
+    if arr.size == 0:
+        return 0
+    return int(max(abs(int(arr.max())), abs(int(arr.min()))))
+
+
+def _checked(x, np):
+    if _magnitude(x, np) >= _MAX_MAGNITUDE:
+        raise _NotEvaluable
+    return x

@@ -116,7 +116,6 @@ def load_program(path: str | Path, kernel: str | None = None) -> tuple[Analysis,
 
     doc = tvmscript.load_document(text)
     _raise_first_error(path, SourceText(text), doc.diagnostics)
-    kernels = [k for k in doc.kernels if k.func is not None or getattr(k, "module", None) is not None]
     funcs = []
     for k in doc.kernels:
         funcs.extend(_prim_funcs(k))
@@ -145,15 +144,11 @@ def _prim_funcs(kernel) -> list[tuple[str, object]]:
     import tvm
 
     out = []
-    obj = getattr(kernel, "module", None) or getattr(kernel, "func", None)
-    if obj is None:
+    if kernel.module is None:
         return out
-    if isinstance(obj, tvm.IRModule):
-        for gv, f in obj.functions.items():
-            if isinstance(f, tvm.tir.PrimFunc):
-                out.append((gv.name_hint, f))
-    else:
-        out.append((kernel.name, obj))
+    for gv, f in kernel.module.functions.items():
+        if isinstance(f, tvm.tirx.PrimFunc):
+            out.append((gv.name_hint, f))
     return out
 
 

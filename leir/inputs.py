@@ -11,10 +11,11 @@ from __future__ import annotations
 import numpy as np
 
 from leir import ast as A
+from leir.errors import LeirError
 from leir.semantics import Analysis, TensorInfo
 
 
-class InputError(ValueError):
+class InputError(LeirError, ValueError):
     """An input is missing, unknown, or of the wrong shape or dtype."""
 
 
@@ -93,12 +94,38 @@ def _role_name(role: str) -> str:
 def random_inputs(analysis: Analysis, seed: int = 0) -> dict[str, np.ndarray]:
     """Reproducible inputs for every input tensor, in declaration order:
     floats uniform in [-1, 1); integers small (-8..7 signed, 0..7 unsigned)
-    so that sums stay far from overflow; booleans fair coin flips."""
+    so that sums stay far from overflow; booleans fair coin flips. A float
+    input read only inside ``sqrt``, ``rsqrt`` or ``log`` (a variance) is
+    drawn from [0, 1) instead, so that the program stays in its domain."""
     rng = np.random.default_rng(seed)
-    return {t.name: random_array(t, rng) for t in analysis.inputs()}
+    nonnegative = domain_limited_inputs(analysis)
+    return {t.name: random_array(t, rng, nonnegative=t.name in nonnegative) for t in analysis.inputs()}
 
 
-def random_array(t: TensorInfo, rng: np.random.Generator) -> np.ndarray:
+#: Functions whose argument must not be negative.
+_NONNEGATIVE_DOMAIN = frozenset({"sqrt", "rsqrt", "log"})
+
+
+def domain_limited_inputs(analysis: Analysis) -> set[str]:
+    """Inputs every read of which is inside the argument of sqrt, rsqrt or log."""
+    inside: dict[str, bool] = {}
+
+    def visit(e: A.Expr, limited: bool) -> None:
+        if isinstance(e, A.Access):
+            inside[e.tensor] = inside.get(e.tensor, True) and limited
+        limited = limited or (isinstance(e, A.Call) and e.func in _NONNEGATIVE_DOMAIN)
+        for child in A.children(e):
+            if not isinstance(e, A.Access):  # indices hold no tensor reads
+                visit(child, limited)
+
+    for info in analysis.equations:
+        visit(info.equation.rhs, False)
+        if info.equation.predicate is not None:
+            visit(info.equation.predicate, False)
+    return {t.name for t in analysis.inputs() if inside.get(t.name, False)}
+
+
+def random_array(t: TensorInfo, rng: np.random.Generator, *, nonnegative: bool = False) -> np.ndarray:
     shape = tuple(t.shape)
     target = numpy_dtype(t.dtype)
     if t.dtype == "bool":
@@ -106,7 +133,7 @@ def random_array(t: TensorInfo, rng: np.random.Generator) -> np.ndarray:
     if is_integer(t.dtype):
         low = 0 if t.dtype.startswith("u") else -8
         return rng.integers(low, 8, size=shape).astype(target)
-    return rng.uniform(-1.0, 1.0, size=shape).astype(target)
+    return rng.uniform(0.0 if nonnegative else -1.0, 1.0, size=shape).astype(target)
 
 
 def zeros(t: TensorInfo) -> np.ndarray:

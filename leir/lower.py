@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from leir import ast as A
 from leir import value_types as VT
+from leir.errors import LeirError
 from leir.printer import print_expr
 from leir.semantics import Analysis, EquationInfo
 
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     import tvm
 
 
-class LoweringError(Exception):
+class LoweringError(LeirError):
     """The program cannot be lowered to TensorIR (it has errors, or uses
     something TVM cannot express)."""
 
@@ -323,7 +324,7 @@ class _Exprs:
             if VT.is_index_expr(e.lhs) and VT.is_index_expr(e.rhs):
                 a, b = self.index(e.lhs), self.index(e.rhs)
             else:
-                operand_dtype = comparison_dtype(e, dtype, self.lowering.analysis)
+                operand_dtype = VT.comparison_dtype(e, dtype, self.lowering.analysis.tensors)
                 a, b = self.value(e.lhs, operand_dtype), self.value(e.rhs, operand_dtype)
             return {"<": tir.LT, "<=": tir.LE, ">": tir.GT, ">=": tir.GE, "==": tir.EQ, "!=": tir.NE}[e.op](a, b)
         if isinstance(e, A.Binary) and e.op in A.LOGICAL:
@@ -332,15 +333,3 @@ class _Exprs:
         if isinstance(e, A.Unary) and e.op == "!":
             return tir.Not(self.condition(e.operand, dtype))
         return self.convert(self.value(e, dtype), "bool")
-
-
-def comparison_dtype(e: A.Binary, context: str, analysis: Analysis) -> str:
-    """The dtype a comparison's operands compute in: the context's, except
-    in a bool context, where there are no numbers: then the dtype of the
-    first tensor the comparison reads (f64 if it reads none)."""
-    if context != "bool":
-        return context
-    for node in A.walk(e):
-        if isinstance(node, A.Access):
-            return analysis.tensors[node.tensor].dtype
-    return "f64"

@@ -126,14 +126,14 @@ def _num(value: int | float, dtype: str) -> A.Expr:
         magnitude = abs(value)
         if math.isinf(magnitude):
             text = "inf"
-        elif dtype in ("float32", "float16"):
-            # The shortest text that rounds to the same value in the
-            # narrow type, so that ``1e-05`` stays ``1e-05``.
+        elif dtype in ("float32", "float16") and _round(magnitude, dtype) == magnitude:
+            # A value already rounded to the narrow type: its shortest text
+            # there (``3.4028235e+38``, not ``3.4028234663852886e+38``).
             import numpy as np
 
             text = str(np.float32(magnitude) if dtype == "float32" else np.float16(magnitude))
         else:
-            text = repr(magnitude)
+            text = repr(magnitude)  # the literal as written (0.7071067811865476)
         if text.isdigit():
             text += ".0"
         node: A.Expr = A.Num(float(text), text)
@@ -253,7 +253,9 @@ class _Raiser:
         self.units: list = []
         self.frames: list[_Frame] = []
         self.env: dict = {}  # tvm var -> A.Expr (loop vars, block iter vars, let vars)
-        self.guard: list[A.Expr] = []  # conjuncts guarding the current statements
+        #: Conditions guarding the current statements: (TIR condition,
+        #: negated?, what it is), converted per equation in its dtype.
+        self.guard: list[tuple] = []
         self.scope_names: list[str] = []  # enclosing loop variable names
 
     # -------------------------------------------------------------- driver
@@ -407,11 +409,10 @@ class _Raiser:
         self.emit(node)
 
     def stmt_IfThenElse(self, s) -> None:
-        cond = self.condition(s.condition, "an if condition")
-        for branch, guard in ((s.then_case, cond), (s.else_case, A.Unary("!", cond))):
+        for branch, negate in ((s.then_case, False), (s.else_case, True)):
             if branch is None:
                 continue
-            self.guard.append(guard)
+            self.guard.append((s.condition, negate, "an if condition"))
             self.frames.append(_Frame(s, None, self.frames[-1].items))
             try:
                 self.stmt(branch)
@@ -422,7 +423,9 @@ class _Raiser:
     def stmt_Bind(self, s) -> None:
         if any(_kind(n) == "TensorLoad" for n in _exprs(s.value)):
             raise RaiseError(f"let {s.var.name} = {s.value} reads a buffer, so it cannot be inlined where it is used")
-        self.env[s.var] = self.value(s.value, _dtype(s.value))
+        if not _is_index(s.value):
+            raise RaiseError(f"let {s.var.name} = {s.value} is not an index expression LEIR can inline")
+        self.env[s.var] = self.index(s.value, f"let {s.var.name}")
         body = getattr(s, "body", None)
         if body is not None:
             self.stmt(body)
@@ -441,7 +444,7 @@ class _Raiser:
         if not (_kind(pred) == "IntImm" and int(pred.value) == 1):
             if _kind(pred) == "IntImm":
                 raise RaiseError(f"block {block.name_hint!r} has predicate False and never runs")
-            self.guard.extend(_conjuncts(self.condition(pred, f"the predicate of block {block.name_hint!r}")))
+            self.guard.append((pred, False, f"the predicate of block {block.name_hint!r}"))
         try:
             if block.init is not None:
                 self.reduction(s)
@@ -470,7 +473,7 @@ class _Raiser:
         lhs = self.store_target(s)
         t = self.tensor(s.buffer)
         rhs = self.value(s.value, A.DTYPES[t.dtype])
-        predicate = _conjoin(self.guard if guard is None else guard)
+        predicate = _conjoin(self.guards(A.DTYPES[t.dtype]) if guard is None else guard)
         reads = [n for n in A.walk(rhs) if isinstance(n, A.Access)]
         if predicate is not None:
             reads += [n for n in A.walk(predicate) if isinstance(n, A.Access)]
@@ -498,71 +501,84 @@ class _Raiser:
         init, body = block.init, block.body
         if _kind(body) != "BufferStore" or _kind(init) != "BufferStore":
             raise RaiseError(f"block {name!r} has T.init but its body or init is not a single buffer store")
-        outer = list(self.guard)
-        loops = [f.node.loop for f in self.frames if f.node is not None]
-        update_eq = A.Equation(self.store_target(body), A.Num(0, "0"))  # lhs only, for the checks below
-        init_lhs = self.store_target(init)
         t = self.tensor(body.buffer)
         dtype = A.DTYPES[t.dtype]
-        init_value = init.value
-        lhs = update_eq.lhs
-        reduce_loops = [l for l in loops if l.var not in set().union(*(map(_vars, lhs.indices or ())))]
-        reduce_vars = [(iv, self.env[iv.var]) for iv in block.iter_vars if int(iv.iter_type) == _COMM_REDUCE]
-        for iv, _ in reduce_vars:
+        lhs = self.store_target(body)
+        outer = self.guards(dtype)
+        loops = [f.node.loop for f in self.frames if f.node is not None]
+        spatial = frozenset().union(*map(_vars, lhs.indices or ()))
+        reduce_loops = [l for l in loops if l.var not in spatial]
+        reduce_iters = [iv for iv in block.iter_vars if int(iv.iter_type) == _COMM_REDUCE]
+        for iv in reduce_iters:
             for loop in loops:
                 if loop.var in _vars(self.env[iv.var]) and loop.kind in ("P", "V", "B"):
                     raise RaiseError(f"block {name!r} reduces across {_KIND_NAME[loop.kind]} loop {loop.var} "
                                      f"(a cross-thread reduction); LEIR reductions run over serial loops")
-        # TVM runs the init where every reduction iterator is at its minimum.
-        fire = [A.Binary("==", b, _num(_int(iv.dom.min, "a block iterator's start"), "int32")) for iv, b in reduce_vars]
-        if init_lhs != lhs:
-            # Not the usual shape; keep TVM's meaning literally.
-            self.emit(self.equation(init, allow_self_read=False, guard=outer + fire))
-            self.emit(self.equation(body, allow_self_read=False))
-            return
+        # TVM runs the init where every reduction iterator is at its start.
+        fire = [A.Binary("==", self.env[iv.var], _num(_int(iv.dom.min, "a block iterator's start"), "int64"))
+                for iv in reduce_iters]
 
-        # 1. Implied init: LEIR starts a reduction at the first iteration of
-        #    the loops its written index does not use.
-        rhs_probe = A.Equation(lhs, self.value(body.value, dtype))
-        combiner, _ = reduction_shape(rhs_probe)
-        is_identity = (combiner is not None and _kind(init_value) in ("IntImm", "FloatImm")
-                       and float(init_value.value) == float(_identity(combiner, dtype)))
-        if is_identity and lhs.tensor not in self.written and self.fires_first_only(reduce_loops, fire, outer):
-            self.emit(self.equation(body, allow_self_read=True))
-            return
-
-        # 2. Explicit init before the reduction loops, when they are the
-        #    innermost loops around the block, each holding only the next.
-        hoist = self.hoist_frame(realize, reduce_loops)
-        if hoist is not None and self.fires_first_only(reduce_loops, fire, outer):
-            inner = {l.var for l in reduce_loops}
-            init_guard = [c for c in outer if not (_vars(c) & inner)]
-            hoist.items.append(self.equation(init, allow_self_read=False, guard=init_guard))
-            self.emit(self.equation(body, allow_self_read=False))
-            return
+        if self.store_target(init) == lhs and self.fires_first_only(reduce_loops, fire, outer):
+            # 1. Implied init: LEIR starts a reduction (first write, combiner
+            #    shape) with the combiner's identity at the first iteration
+            #    of the loops its written index does not use.
+            rhs = self.value(body.value, dtype)
+            combiner, _ = reduction_shape(A.Equation(lhs, rhs))
+            init_value = init.value
+            if (combiner is not None and lhs.tensor not in self.written
+                    and _kind(init_value) in ("IntImm", "FloatImm")
+                    and float(init_value.value) == float(_identity(combiner, dtype))):
+                self.emit(self.equation(body, allow_self_read=True))
+                return
+            # 2. Explicit init just before the outermost reduction loop (what
+            #    decompose_reduction writes), over the loops inside it that
+            #    the written index uses.
+            placement = self.init_placement(realize, reduce_loops, lhs, rhs, init)
+            if placement is not None:
+                frame, spatial_inside = placement
+                names = {l.var for l in reduce_loops}
+                init_guard = [c for c in outer if not (_vars(c) & names)]
+                item = self.equation(init, allow_self_read=False, guard=init_guard)
+                for loop in reversed(spatial_inside):
+                    item = _LoopNode(loop, [item])
+                frame.items.append(item)
+                self.emit(self.equation(body, allow_self_read=False))
+                return
 
         # 3. Explicit init in place, guarded to where TVM runs it.
         self.emit(self.equation(init, allow_self_read=False, guard=outer + fire))
         self.emit(self.equation(body, allow_self_read=False))
 
-    def hoist_frame(self, realize, reduce_loops: list[A.Loop]) -> _Frame | None:
-        """The frame just outside the reduction loops when those loops are
-        exactly the innermost loops around ``realize``, each with the next
-        as its whole body; else None."""
+    def init_placement(self, realize, reduce_loops, lhs, rhs, init) -> tuple[_Frame, list[A.Loop]] | None:
+        """Where an explicit init can run once before its reduction: the
+        frame just outside the outermost reduction loop, and the loops
+        between that loop and the block that are not reduction loops.
+        Requires every loop from there to the block to hold only the next
+        one; with loops to repeat, also that the block reads its tensor only
+        at the element it writes (so running all inits first changes
+        nothing)."""
         names = {l.var for l in reduce_loops}
         child = realize
         k = len(self.frames) - 1
+        chain: list[A.Loop] = []
         seen: set[str] = set()
-        while k > 0 and self.frames[k].node is not None and self.frames[k].node.loop.var in names:
+        while seen != names:
             frame = self.frames[k]
-            if not frame.stmt.body.same_as(child):
+            if k == 0 or frame.node is None or not frame.stmt.body.same_as(child):
                 return None
-            seen.add(frame.node.loop.var)
+            chain.append(frame.node.loop)
+            if frame.node.loop.var in names:
+                seen.add(frame.node.loop.var)
             child = frame.stmt
             k -= 1
-        if seen != names:
-            return None
-        return self.frames[k]
+        spatial_inside = [l for l in reversed(chain) if l.var not in names]
+        if spatial_inside:
+            init_reads = [n for n in A.walk(self.value(init.value, A.DTYPES[self.tensor(init.buffer).dtype]))
+                          if isinstance(n, A.Access)]
+            self_reads = [n for n in A.walk(rhs) if isinstance(n, A.Access) and n.tensor == lhs.tensor]
+            if any(r.tensor == lhs.tensor for r in init_reads) or any(r != lhs for r in self_reads):
+                return None
+        return self.frames[k], spatial_inside
 
     def fires_first_only(self, reduce_loops: list[A.Loop], fire: list[A.Expr], guard: list[A.Expr]) -> bool:
         """Whether TVM's init condition (every reduction iterator at its
@@ -604,15 +620,20 @@ class _Raiser:
 
     def index(self, e, what: str) -> A.Expr:
         """An integer expression over loop variables: an index, a binding."""
-        return _Expr(self, None, what, loads=False).convert(e)
+        return _Expr(self, what).index(e)
 
-    def condition(self, e, what: str) -> A.Expr:
-        """A guard: a block predicate or an if condition."""
-        return _Expr(self, None, what, loads=True).convert(e)
+    def value(self, e, dtype: str, what: str = "a stored value") -> A.Expr:
+        """``e`` computed in ``dtype`` (a TVM dtype string)."""
+        return _Expr(self, what).value(e, dtype)
 
-    def value(self, e, dtype: str) -> A.Expr:
-        """The right-hand side of a store into a ``dtype`` buffer."""
-        return _Expr(self, dtype, "a stored value").convert(e)
+    def guards(self, dtype: str) -> list[A.Expr]:
+        """The conjuncts guarding the current statement, for an equation
+        that computes in ``dtype``."""
+        out = []
+        for expr, negate, what in self.guard:
+            cond = self.value(expr, dtype, what)
+            out += [A.Unary("!", cond)] if negate else _conjuncts(cond)
+        return out
 
 
 _KIND_NAME = {"P": "parallel", "V": "vectorized", "B": "thread-bound"}
@@ -629,138 +650,307 @@ _UNSUPPORTED_STMT = {
 
 
 class _Expr:
-    """One TIR expression -> LEIR. ``dtype`` is the stored buffer's dtype
-    for values (LEIR computes an equation in its written tensor's dtype, so
-    arithmetic in another dtype is refused), None for indices and guards."""
+    """TIR expressions -> LEIR, following LEIR's typing rules
+    (leir/value_types.py): an equation computes in a context dtype (the
+    written tensor's), reads and literals take the context dtype, and inside
+    a cast ``d(e)`` the context is ``d``. A TIR ``Cast(d, e)`` whose operand
+    computes in ``d2`` therefore becomes ``d2(e)``: ``e`` computed in ``d2``,
+    then converted to the context ``d``."""
 
-    def __init__(self, raiser: _Raiser, dtype: str | None, what: str, loads: bool = True):
+    def __init__(self, raiser: _Raiser, what: str):
         self.r = raiser
-        self.dtype = dtype
         self.what = what
-        self.loads = loads
 
     def fail(self, message: str):
         raise RaiseError(f"{message} (in {self.what})")
 
-    def convert(self, e) -> A.Expr:
+    # ----------------------------------------------------------- indices
+
+    def index(self, e) -> A.Expr:
+        """An integer expression of loop variables, ``+ - * // %`` and
+        integer literals."""
         k = _kind(e)
-        method = getattr(self, "x_" + k, None)
-        if method is None:
-            self.fail(f"{k} expressions are not expressible in LEIR: {e}")
-        self.check_dtype(e, k)
-        return method(e)
+        if k == "IntImm" and not _is_float(_dtype(e)) and _dtype(e) != "bool":
+            return _num(int(e.value), "int64")
+        if k == "Var":
+            return self.var(e)
+        if k == "Sub" and _is_zero(e.a):
+            return A.Unary("-", self.index(e.b))  # how leir.lower writes -x
+        op = _INDEX_OPS.get(k)
+        if op is not None:
+            return A.Binary(op, self.index(e.a), self.index(e.b))
+        if k == "TensorLoad":
+            self.fail(f"a buffer read ({e.source.name}) in an index is not expressible in LEIR")
+        if k == "Let":
+            self.r.env[e.var] = self.index(e.value)
+            return self.index(e.body)
+        self.fail(f"{e} is not an index LEIR can write (loop variables, + - * // % and integers)")
 
-    def check_dtype(self, e, k: str) -> None:
-        if self.dtype is None or k not in _ARITHMETIC:
-            return
-        d = _dtype(e)
-        if d != self.dtype and d != "bool" and not _is_index_arith(e):
-            self.fail(f"{e} computes in {d} inside an equation that writes {self.dtype}; "
-                      f"LEIR computes each equation in its written tensor's dtype")
-
-    def x_IntImm(self, e) -> A.Expr:
-        if _dtype(e) == "bool":
-            self.fail("a boolean constant has no LEIR literal")
-        return _num(int(e.value), _dtype(e))
-
-    def x_FloatImm(self, e) -> A.Expr:
-        return _num(float(e.value), _dtype(e))
-
-    def x_Var(self, e) -> A.Expr:
+    def var(self, e) -> A.Expr:
         if e in self.r.env:
             return self.r.env[e]
         from tvm.tirx import is_buffer_var
 
         if is_buffer_var(e):
             self.fail(f"buffer {e.name} is used as a value")
-        self.fail(f"variable {e.name} is not a loop variable or block iterator (a scalar parameter or thread index?)")
+        self.fail(f"variable {e.name} is not a loop variable or block iterator (a scalar parameter?)")
 
-    def x_TensorLoad(self, e) -> A.Expr:
-        if not self.loads:
-            self.fail(f"a buffer read ({e.source.name}) in an index is not expressible in LEIR")
+    # ------------------------------------------------------------ values
+
+    def value(self, e, ctx: str) -> A.Expr:
+        """``e`` computed in the context dtype ``ctx`` (TVM dtype string)."""
+        if _is_index(e):
+            return self.index(e)
+        k = _kind(e)
+        if k in _ARITHMETIC and _dtype(e) != ctx and not _is_hint(e):
+            self.fail(f"{e} computes in {_dtype(e)} where LEIR computes in {ctx}")
+        method = getattr(self, "x_" + k, None)
+        if method is None:
+            self.fail(f"{k} expressions are not expressible in LEIR: {e}")
+        return method(e, ctx)
+
+    def x_IntImm(self, e, ctx: str) -> A.Expr:
+        return self.literal(int(e.value), _dtype(e), ctx)
+
+    def x_FloatImm(self, e, ctx: str) -> A.Expr:
+        return self.literal(float(e.value), _dtype(e), ctx)
+
+    def literal(self, value, dtype: str, ctx: str) -> A.Expr:
+        if dtype == "bool" or ctx == "bool":
+            if dtype != ctx and value not in (0, 1):
+                self.fail(f"constant {value} used as a boolean")
+            return _num(int(bool(value)), "int64")
+        exact = _round(value, dtype)
+        node = _num(value if dtype == ctx else exact, ctx)
+        if _round(_literal_value(node), ctx) != _round(exact, ctx) or (dtype != ctx and _round(exact, ctx) != exact):
+            self.fail(f"constant {value} of type {dtype} is not exactly representable in {ctx}")
+        return node
+
+    def x_Var(self, e, ctx: str) -> A.Expr:
+        return self.var(e)
+
+    def x_TensorLoad(self, e, ctx: str) -> A.Expr:
+        # A read of another dtype converts to the context, as TVM's Cast of
+        # the load does; callers only pass such loads under a cast.
         t = self.r.tensor(e.source)
         if len(e.indices) != len(t.shape):
             self.fail(f"read of {t.name} uses {len(e.indices)} indices for a rank-{len(t.shape)} buffer")
-        inner = _Expr(self.r, None, f"an index of {t.name}", loads=False)
-        indices = tuple(inner.convert(i) for i in e.indices)
+        indices = tuple(self.index(i) for i in e.indices)
         return A.Access(t.name, indices if t.shape else None)
 
-    def binary(op):
-        def convert(self, e) -> A.Expr:
-            return A.Binary(op, self.convert(e.a), self.convert(e.b))
+    def arith(op):
+        def convert(self, e, ctx: str) -> A.Expr:
+            return A.Binary(op, self.value(e.a, ctx), self.value(e.b, ctx))
 
         return convert
 
-    x_Add = binary("+")
-    x_Sub = binary("-")
-    x_Mul = binary("*")
-    x_FloorDiv = binary("//")
-    x_FloorMod = binary("%")
-    x_EQ = binary("==")
-    x_NE = binary("!=")
-    x_LT = binary("<")
-    x_LE = binary("<=")
-    x_GT = binary(">")
-    x_GE = binary(">=")
-    x_And = binary("&")
-    x_Or = binary("|")
-    del binary
+    x_Add = arith("+")
+    x_Mul = arith("*")
+    x_FloorDiv = arith("//")
+    x_FloorMod = arith("%")
+    # LEIR's / truncates for integers, as TVM's Div does.
+    x_Div = arith("/")
+    del arith
 
-    def x_Div(self, e) -> A.Expr:
-        if not _dtype(e).startswith(("float", "bfloat")):
-            self.fail(f"{e} truncates an integer division; LEIR's // rounds down (write T.floordiv)")
-        return A.Binary("/", self.convert(e.a), self.convert(e.b))
+    def x_Sub(self, e, ctx: str) -> A.Expr:
+        if _is_zero(e.a):
+            return A.Unary("-", self.value(e.b, ctx))  # how leir.lower writes -x
+        if _is_float(ctx):
+            # a - floor(a/b)*b is how leir.lower writes a float a % b.
+            m = e.b
+            if _kind(m) == "Mul" and _is_call(m.a, "floor") and _kind(m.a.args[0]) == "Div":
+                div = m.a.args[0]
+                if _same(div.a, e.a) and _same(div.b, m.b):
+                    return A.Binary("%", self.value(e.a, ctx), self.value(m.b, ctx))
+        return A.Binary("-", self.value(e.a, ctx), self.value(e.b, ctx))
 
-    def x_Mod(self, e) -> A.Expr:
-        self.fail(f"{e} is a truncating modulo; LEIR's % is floor modulo (write T.floormod)")
+    def x_Mod(self, e, ctx: str) -> A.Expr:
+        self.fail(f"{e} is a truncating modulo; LEIR's % is floor modulo")
 
-    def x_Min(self, e) -> A.Expr:
-        return A.Call("min", (self.convert(e.a), self.convert(e.b)))
+    def x_Min(self, e, ctx: str) -> A.Expr:
+        return A.Call("min", (self.value(e.a, ctx), self.value(e.b, ctx)))
 
-    def x_Max(self, e) -> A.Expr:
-        return A.Call("max", (self.convert(e.a), self.convert(e.b)))
+    def x_Max(self, e, ctx: str) -> A.Expr:
+        return A.Call("max", (self.value(e.a, ctx), self.value(e.b, ctx)))
 
-    def x_Not(self, e) -> A.Expr:
-        return A.Unary("!", self.convert(e.a))
+    def compare(op):
+        def convert(self, e, ctx: str) -> A.Expr:
+            if ctx == "bool":
+                # A bool context has no numbers: LEIR compares in the dtype
+                # of the first tensor the comparison reads (f64 if none).
+                first = next((n for n in _exprs(e) if _kind(n) == "TensorLoad"), None)
+                ctx = str(first.source.dtype) if first is not None else "float64"
+            return A.Binary(op, self.operand(e.a, ctx), self.operand(e.b, ctx))
 
-    def x_Select(self, e) -> A.Expr:
-        return A.Call("if_then_else", (self.convert(e.condition), self.convert(e.true_value), self.convert(e.false_value)))
+        return convert
 
-    def x_Cast(self, e) -> A.Expr:
+    x_EQ = compare("==")
+    x_NE = compare("!=")
+    x_LT = compare("<")
+    x_LE = compare("<=")
+    x_GT = compare(">")
+    x_GE = compare(">=")
+    del compare
+
+    def operand(self, e, ctx: str) -> A.Expr:
+        """An operand of a comparison. TVM compares in the operands' dtype,
+        LEIR in the context: the same when the conversion is exact."""
         d = _dtype(e)
-        if d not in _LEIR_DTYPE:
-            self.fail(f"a cast to {d}, which LEIR has no name for")
-        return A.Call(_LEIR_DTYPE[d], (self.convert(e.value),))
+        if d == ctx or _is_index(e):
+            return self.value(e, ctx)
+        if not _exact_conversion(d, ctx):
+            self.fail(f"{e} is compared in {d}, which LEIR would compare in {ctx}")
+        if _kind(e) in ("TensorLoad", "IntImm", "FloatImm", "Cast"):
+            return self.value(e, ctx) if _kind(e) != "Cast" else self.x_Cast(e, ctx)
+        return A.Call(_leir_dtype(d, self), (self.value(e, d),))
 
-    def x_Let(self, e) -> A.Expr:
+    def x_And(self, e, ctx: str) -> A.Expr:
+        return A.Binary("&", self.value(e.a, ctx), self.value(e.b, ctx))
+
+    def x_Or(self, e, ctx: str) -> A.Expr:
+        return A.Binary("|", self.value(e.a, ctx), self.value(e.b, ctx))
+
+    def x_Not(self, e, ctx: str) -> A.Expr:
+        return A.Unary("!", self.value(e.a, ctx))
+
+    def x_Select(self, e, ctx: str) -> A.Expr:
+        c, t, f = e.condition, e.true_value, e.false_value
+        # x >= 0 ? x : 0 - x is how TVM writes an integer abs.
+        if (_kind(c) == "GE" and _is_zero(c.b) and _same(c.a, t) and _kind(f) == "Sub" and _is_zero(f.a)
+                and _same(f.b, t)):
+            return A.Call("abs", (self.value(t, ctx),))
+        return A.Call("if_then_else", (self.value(e.condition, ctx), self.value(e.true_value, ctx),
+                                       self.value(e.false_value, ctx)))
+
+    def x_Cast(self, e, ctx: str) -> A.Expr:
+        d = _dtype(e)
+        child = e.value
+        inner = _dtype(child)
+        if _kind(child) in ("TensorLoad", "IntImm", "FloatImm", "Var") or _is_index(child) or inner == "bool" or inner == d:
+            # Converting a read, a literal, an index or a condition: LEIR's
+            # d(x) reads x in d.
+            node = A.Call(_leir_dtype(d, self), (self.value(child, d),))
+        else:
+            # The operand computes in its own dtype, then converts.
+            node = self.value(child, inner)
+            if not (isinstance(node, A.Call) and node.func == _leir_dtype(inner, self)):
+                node = A.Call(_leir_dtype(inner, self), (node,))
+            if d != ctx:
+                node = A.Call(_leir_dtype(d, self), (node,))
+        if d != ctx and not _exact_conversion(d, ctx) and ctx != "bool":
+            self.fail(f"{e} converts to {d}, which LEIR would convert on to {ctx}")
+        return node
+
+    def x_Let(self, e, ctx: str) -> A.Expr:
         # A let expression is pure: substituting its value is exact.
-        self.r.env[e.var] = self.convert(e.value)
-        return self.convert(e.body)
+        self.r.env[e.var] = self.value(e.value, _dtype(e.value))
+        return self.value(e.body, ctx)
 
-    def x_Call(self, e) -> A.Expr:
+    def x_Call(self, e, ctx: str) -> A.Expr:
         op = str(e.op.name).rsplit(".", 1)[-1]
         args = list(e.args)
         if op == "likely" and len(args) == 1:
-            return self.convert(args[0])  # a hint, not a value change
+            return self.value(args[0], ctx)  # a hint, not a value change
+        if op == "floor" and _is_float(ctx) and _kind(args[0]) == "Div":
+            # floor(a/b) is how leir.lower writes a float a // b.
+            div = args[0]
+            return A.Binary("//", self.value(div.a, ctx), self.value(div.b, ctx))
         func = _FUNCTION.get(op)
         if func is None:
             self.fail(f"T.{op} has no LEIR counterpart")
-        return A.Call(func, tuple(self.convert(a) for a in args))
+        return A.Call(func, tuple(self.value(a, ctx) for a in args))
 
 
+_INDEX_OPS = {"Add": "+", "Sub": "-", "Mul": "*", "FloorDiv": "//", "FloorMod": "%"}
 #: Expression kinds that compute a value in their own dtype.
-_ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Div", "FloorDiv", "FloorMod", "Min", "Max", "Select", "Call"})
+_ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod", "Min", "Max", "Select", "Call"})
 
 
-def _is_index_arith(e) -> bool:
-    """Integer arithmetic over loop variables and constants only (exact in
-    any dtype wide enough, as LEIR treats loop variables)."""
+def _is_zero(e) -> bool:
+    return _kind(e) in ("IntImm", "FloatImm") and e.value == 0 and _dtype(e) != "bool"
+
+
+def _is_call(e, name: str) -> bool:
+    return _kind(e) == "Call" and str(e.op.name).rsplit(".", 1)[-1] == name
+
+
+def _same(a, b) -> bool:
+    import tvm_ffi
+
+    return bool(tvm_ffi.structural_equal(a, b))
+
+
+def _is_hint(e) -> bool:
+    return _kind(e) == "Call" and str(e.op.name).endswith(".likely")
+
+
+def _is_float(dtype: str) -> bool:
+    return dtype.startswith(("float", "bfloat"))
+
+
+def _is_index(e) -> bool:
+    """Integer arithmetic over loop variables and integer constants, which
+    LEIR evaluates exactly in integers whatever the context."""
     k = _kind(e)
     if k in ("IntImm", "Var"):
-        return not str(_dtype(e)).startswith(("float", "bfloat"))
-    if k in ("Add", "Sub", "Mul", "FloorDiv", "FloorMod", "Min", "Max"):
-        return _is_index_arith(e.a) and _is_index_arith(e.b)
+        return _dtype(e).startswith(("int", "uint"))
+    if k in _INDEX_OPS:
+        return _is_index(e.a) and _is_index(e.b)
     return False
+
+
+def _leir_dtype(dtype: str, conv: _Expr) -> str:
+    if dtype not in _LEIR_DTYPE:
+        conv.fail(f"dtype {dtype} has no LEIR name")
+    return _LEIR_DTYPE[dtype]
+
+
+def _bits(dtype: str) -> int:
+    digits = re.search(r"\d+", dtype)
+    return int(digits.group()) if digits else 1
+
+
+#: Significand bits (with the implicit one) of each float dtype.
+_MANTISSA = {"float16": 11, "bfloat16": 8, "float32": 24, "float64": 53, "float8_e4m3fn": 4, "float8_e5m2": 3}
+
+
+def _exact_conversion(src: str, dst: str) -> bool:
+    """Whether every ``src`` value converts to ``dst`` exactly and in order
+    (so comparing after conversion gives the same answer)."""
+    if src == dst or src == "bool":
+        return True
+    if _is_float(src):
+        if not _is_float(dst):
+            return False
+        if src.startswith("float8") and dst in ("float16", "float32", "float64"):
+            return True
+        return _MANTISSA[src] <= _MANTISSA[dst] and _bits(src) < _bits(dst)
+    signed = src.startswith("int")
+    if _is_float(dst):
+        return _bits(src) - (1 if signed else 0) <= _MANTISSA[dst]
+    if dst == "bool":
+        return False
+    dst_signed = dst.startswith("int")
+    if signed and not dst_signed:
+        return False
+    return _bits(src) + (1 if dst_signed and not signed else 0) <= _bits(dst)
+
+
+def _round(value, dtype: str):
+    """``value`` as stored in ``dtype``."""
+    if _is_float(dtype):
+        from leir.inputs import numpy_dtype
+
+        import numpy as np
+
+        return float(np.asarray(value, dtype=numpy_dtype(_LEIR_DTYPE[dtype])).astype(np.float64))
+    return int(value)
+
+
+def _literal_value(node: A.Expr):
+    if isinstance(node, A.Unary):
+        return -_literal_value(node.operand)
+    return node.value
 
 
 def _exprs(e):

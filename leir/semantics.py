@@ -5,6 +5,23 @@ update of an earlier value), with the checks that need them.
 ``analyze`` never raises on a parsed program; what is wrong becomes a
 diagnostic at the offending node, with related locations where a second
 place explains the first.
+
+Checks, by code (errors unless marked as warnings):
+
+- names and scopes: ``duplicate-declaration``, ``name-clash``,
+  ``bad-scope``, ``duplicate-loop-var``, ``loop-var-out-of-scope``,
+  ``unknown-loop-var``, ``unused-tensor`` (warning);
+- types: ``dtype-conflict``, ``scope-conflict``, ``rank-conflict``,
+  ``missing-dtype`` (warning);
+- roles and order: ``write-to-input``, ``never-written``,
+  ``read-before-write``, ``reduction-init``, ``repeated-write`` (warning);
+- indices: ``index-out-of-bounds``, ``negative-index``,
+  ``shape-not-inferable``;
+- parallel loops: ``race``, ``vectorized-reduction``, ``possible-race``
+  (warning), ``vector-not-innermost`` (warning);
+- GPU threads: ``bad-thread-axis``, ``thread-extent-mismatch``,
+  ``thread-extent-limit``, ``threads-per-block``, ``unbound-on-gpu``
+  (warning).
 """
 
 from __future__ import annotations
@@ -15,9 +32,31 @@ from leir import affine
 from leir import ast as A
 from leir.ast import Span
 from leir.diagnostics import Diagnostic, Related, error, warning
+from leir.printer import print_expr
 
 #: Initial value implied for each reduction combiner.
 COMBINER_INIT = {"sum": 0.0, "prod": 1.0, "max": float("-inf"), "min": float("inf")}
+
+#: CUDA's launch limits (compute capability 3.0 and later): threads per
+#: block, and the largest extent of each thread and block axis.
+MAX_THREADS_PER_BLOCK = 1024
+THREAD_AXIS_LIMITS = {
+    "tx": 1024,
+    "ty": 1024,
+    "tz": 64,
+    "bx": 2**31 - 1,
+    "by": 65535,
+    "bz": 65535,
+}
+_THREAD_IDX = ("tx", "ty", "tz")
+
+#: Iteration points the enumeration-based checks may visit in one analysis,
+#: over all equations: keeps a pathological document within the editor's
+#: budget (the common cases are decided without enumerating).
+ENUMERATION_BUDGET = 1 << 22
+
+_PARALLEL_KINDS = frozenset({"P", "V", "B"})
+_NO_SPAN = Span(0, 0)
 
 
 @dataclass(frozen=True)
@@ -110,17 +149,91 @@ class Analysis:
         )
 
 
+def analyze(program: A.Program) -> Analysis:
+    return _Analyzer(program).run()
+
+
+def reduction_shape(eq: A.Equation) -> tuple[str | None, A.Expr | None]:
+    """The combiner and combined operand if ``eq`` reads its own element in
+    a reduction shape (``C = C + e``, ``C = e + C``, ``C = C - e``,
+    ``C = C * e``, ``C = max(C, e)``...), else (None, None)."""
+    lhs, rhs = eq.lhs, eq.rhs
+
+    def is_self(e: A.Expr) -> bool:
+        return isinstance(e, A.Access) and e.tensor == lhs.tensor and e.indices == lhs.indices
+
+    def reads_self(e: A.Expr) -> bool:
+        return any(a.tensor == lhs.tensor for a in _accesses(e))
+
+    if isinstance(rhs, A.Binary) and rhs.op in ("+", "*", "-"):
+        combiner = {"+": "sum", "*": "prod", "-": "sum"}[rhs.op]
+        if is_self(rhs.lhs) and not reads_self(rhs.rhs):
+            operand = rhs.rhs if rhs.op != "-" else A.Unary("-", rhs.rhs)
+            return combiner, operand
+        if rhs.op != "-" and is_self(rhs.rhs) and not reads_self(rhs.lhs):
+            return combiner, rhs.lhs
+    if isinstance(rhs, A.Call) and rhs.func in ("max", "min") and len(rhs.args) == 2:
+        a, b = rhs.args
+        if is_self(a) and not reads_self(b):
+            return rhs.func, b
+        if is_self(b) and not reads_self(a):
+            return rhs.func, a
+    return None, None
+
+
+# --------------------------------------------------------------------- walks
+
+
+def _scan(expr: A.Expr, accesses: list[A.Access], variables: list[A.Var]) -> None:
+    """Append the accesses and loop-variable uses in ``expr``, in source
+    order. Iterative: cheaper than ``ast.walk`` on the hot path."""
+    stack = [expr]
+    pop, push = stack.pop, stack.append
+    while stack:
+        e = pop()
+        t = type(e)
+        if t is A.Access:
+            accesses.append(e)
+            if e.indices:
+                stack.extend(reversed(e.indices))
+        elif t is A.Var:
+            variables.append(e)
+        elif t is A.Binary:
+            push(e.rhs)
+            push(e.lhs)
+        elif t is A.Unary:
+            push(e.operand)
+        elif t is A.Call:
+            stack.extend(reversed(e.args))
+
+
+def _accesses(expr: A.Expr) -> list[A.Access]:
+    out: list[A.Access] = []
+    _scan(expr, out, [])
+    return out
+
+
 @dataclass
 class _Use:
     access: A.Access
     eq_index: int
     is_write: bool
     loops: tuple[A.Loop, ...]
+    ranges: dict[str, affine.Range]  # of those loops
+    #: The guard the access runs under (None for accesses in the guard
+    #: itself, which are evaluated at every iteration).
     predicate: A.Expr | None
 
 
-def analyze(program: A.Program) -> Analysis:
-    return _Analyzer(program).run()
+@dataclass
+class _Facts:
+    """What one equation reads and which loop variables it names."""
+
+    site: A.EquationSite
+    reads: list[A.Access]  # right-hand side, source order
+    guard_reads: list[A.Access]
+    variables: list[A.Var]  # everywhere in the equation
+    ranges: dict[str, affine.Range]
 
 
 class _Analyzer:
@@ -129,9 +242,51 @@ class _Analyzer:
         self.diags: list[Diagnostic] = []
         self.sites = list(A.equation_sites(program))
         self.all_loops: dict[str, A.Loop] = {}
-        for node in A.walk(program):
-            if isinstance(node, A.Loop):
-                self.all_loops.setdefault(node.var, node)
+        self.has_thread_loops = False
+        self._collect_loops()
+        self.facts = [self._facts(site) for site in self.sites]
+        self.enumeration_left = ENUMERATION_BUDGET
+        self.warned_vector_loops: set[int] = set()
+        self._forms: dict[int, affine.Affine | None] = {}
+        self._vars: dict[int, frozenset[str]] = {}
+
+    def _collect_loops(self) -> None:
+        stack = list(self.program.units)
+        while stack:
+            nest = stack.pop()
+            for loop in nest.loops:
+                self.all_loops.setdefault(loop.var, loop)
+                if loop.kind == "B":
+                    self.has_thread_loops = True
+            stack.extend(item for item in nest.body if isinstance(item, A.Nest))
+
+    @staticmethod
+    def _facts(site: A.EquationSite) -> _Facts:
+        eq = site.equation
+        reads: list[A.Access] = []
+        guard_reads: list[A.Access] = []
+        variables: list[A.Var] = []
+        for index in eq.lhs.indices or ():
+            _scan(index, [], variables)
+        _scan(eq.rhs, reads, variables)
+        if eq.predicate is not None:
+            _scan(eq.predicate, guard_reads, variables)
+        return _Facts(site, reads, guard_reads, variables, affine.loop_ranges(site.loops))
+
+    def form(self, index: A.Expr) -> affine.Affine | None:
+        """``affine.linearize``, once per index node."""
+        key = id(index)
+        if key not in self._forms:
+            self._forms[key] = affine.linearize(index)
+        return self._forms[key]
+
+    def vars_of(self, expr: A.Expr) -> frozenset[str]:
+        """``affine.index_vars``, once per node."""
+        key = id(expr)
+        names = self._vars.get(key)
+        if names is None:
+            names = self._vars[key] = affine.index_vars(expr)
+        return names
 
     def report(self, d: Diagnostic) -> None:
         self.diags.append(d)
@@ -142,6 +297,7 @@ class _Analyzer:
         uses = self.collect_uses(decls)
         tensors = self.build_tensors(decls, uses)
         equations = self.classify(tensors)
+        self.check_races(equations)
         self.check_bounds(tensors, uses)
         self.check_init_order(tensors, equations)
         self.diags.sort(key=lambda d: (d.span.start, d.span.end))
@@ -152,15 +308,15 @@ class _Analyzer:
     def check_decls(self) -> dict[str, A.Decl]:
         decls: dict[str, A.Decl] = {}
         for d in self.program.decls:
-            span = d.name_span or d.span or Span(0, 0)
+            span = d.name_span or d.span or _NO_SPAN
             if d.name in decls:
                 first = decls[d.name]
                 self.report(error(span, "duplicate-declaration", f"tensor {d.name} is declared twice",
-                                  Related(first.name_span or first.span or Span(0, 0), "first declared here")))
+                                  Related(first.name_span or first.span or _NO_SPAN, "first declared here")))
                 continue
             if d.name in self.all_loops:
                 self.report(error(span, "name-clash", f"{d.name} names both a tensor and a loop variable",
-                                  Related(self.all_loops[d.name].var_span or Span(0, 0), "loop variable here")))
+                                  Related(self.all_loops[d.name].var_span or _NO_SPAN, "loop variable here")))
             if d.scope != "g" and d.role != "tmp":
                 self.report(error(d.span or span, "bad-scope",
                                   f"{d.role} tensor {d.name} must live in global memory; only temporaries can be @{d.scope}"))
@@ -170,57 +326,127 @@ class _Analyzer:
     # ------------------------------------------------------------------ loops
 
     def check_loops(self) -> None:
-        def visit(nest: A.Nest, outer: dict[str, A.Loop]) -> None:
+        """Shadowing, thread axes and launch limits, vector loop placement,
+        and equations left on the host of a GPU program."""
+
+        def visit(nest: A.Nest, outer: dict[str, A.Loop], kernel: list[A.Loop] | None,
+                  vector_loops: list[A.Loop]) -> None:
             scope = dict(outer)
+            vector_loops = list(vector_loops)
             for loop in nest.loops:
-                span = loop.var_span or loop.span or Span(0, 0)
+                span = loop.var_span or loop.span or _NO_SPAN
                 if loop.var in scope:
                     self.report(error(span, "duplicate-loop-var",
                                       f"loop variable {loop.var} is already bound by an enclosing loop",
-                                      Related(scope[loop.var].var_span or Span(0, 0), "bound here")))
-                if loop.kind == "B" and loop.var not in A.THREAD_AXES:
-                    self.report(error(span, "bad-thread-axis",
-                                      f"a B loop's variable names its thread axis: one of {', '.join(A.THREAD_AXES)}, not {loop.var}"))
+                                      Related(scope[loop.var].var_span or _NO_SPAN, "bound here")))
+                if loop.kind == "B":
+                    if loop.var not in A.THREAD_AXES:
+                        self.report(error(span, "bad-thread-axis",
+                                          f"a B loop's variable names its thread axis: one of {', '.join(A.THREAD_AXES)}, not {loop.var}"))
+                    else:
+                        # The outermost thread-bound loop starts a kernel:
+                        # TVM splits the host code around it.
+                        if kernel is None:
+                            kernel = []
+                            kernels.append(kernel)
+                        kernel.append(loop)
+                if loop.kind not in ("V", "U") and loop.kind in A.LOOP_KINDS:
+                    self.check_vector_contains(vector_loops, loop)
+                if loop.kind == "V":
+                    vector_loops.append(loop)
                 scope[loop.var] = loop
             for item in nest.body:
                 if isinstance(item, A.Nest):
-                    visit(item, scope)
+                    visit(item, scope, kernel, vector_loops)
+                elif kernel is None and self.has_thread_loops:
+                    self.report(warning(item.lhs.span or _NO_SPAN, "unbound-on-gpu",
+                                        f"this equation is under no B loop, but the program binds loops to GPU threads: "
+                                        f"TVM runs it on the host, which cannot write {item.lhs.tensor} in device memory; "
+                                        f"bind one of its loops (B^{{n}}_{{bx=0}}) or move it into a bound nest"))
 
+        kernels: list[list[A.Loop]] = []
         for unit in self.program.units:
-            visit(unit, {})
+            visit(unit, {}, None, [])
+        for kernel in kernels:
+            self.check_kernel(kernel)
+
+    def check_vector_contains(self, vector_loops: list[A.Loop], inner: A.Loop) -> None:
+        for vloop in vector_loops:
+            if id(vloop) in self.warned_vector_loops:
+                continue  # one warning per vector loop
+            self.warned_vector_loops.add(id(vloop))
+            self.report(warning(vloop.var_span or vloop.span or _NO_SPAN, "vector-not-innermost",
+                                f"vectorized loop {vloop.var} contains {_kind_name(inner.kind)} loop {inner.var}: "
+                                f"TVM vectorizes across {vloop.var} only the innermost body, so every iteration of "
+                                f"{inner.var} issues strided vector accesses; make {vloop.var} the innermost loop",
+                                Related(inner.span or _NO_SPAN, f"{_kind_name(inner.kind)} loop {inner.var}")))
+
+    def check_kernel(self, loops: list[A.Loop]) -> None:
+        """One kernel's thread-bound loops: one extent per axis, and CUDA's
+        launch limits."""
+        first: dict[str, A.Loop] = {}
+        extent: dict[str, int] = {}
+        over_limit = False
+        for loop in loops:
+            axis = loop.var
+            span = loop.extent_span or loop.span or _NO_SPAN
+            tag = A.THREAD_AXES[axis]
+            if axis in first and loop.extent != first[axis].extent:
+                # TVM launches a kernel with one extent per thread axis (the
+                # first loop's): the other loop's extra iterations never run.
+                self.report(error(span, "thread-extent-mismatch",
+                                  f"{tag} has extent {loop.extent} here but {first[axis].extent} elsewhere in the same kernel; "
+                                  f"TVM launches the kernel with one extent per thread axis",
+                                  Related(first[axis].extent_span or _NO_SPAN, f"{tag} with extent {first[axis].extent}")))
+            first.setdefault(axis, loop)
+            extent[axis] = max(extent.get(axis, 0), loop.extent)
+            limit = THREAD_AXIS_LIMITS[axis]
+            if loop.extent > limit:
+                over_limit = True
+                self.report(error(span, "thread-extent-limit",
+                                  f"{tag} extent {loop.extent} exceeds CUDA's limit of {limit}"))
+        threads = [first[a] for a in _THREAD_IDX if a in first]
+        total = 1
+        for axis in _THREAD_IDX:
+            total *= extent.get(axis, 1)
+        if total > MAX_THREADS_PER_BLOCK and not over_limit:
+            last = threads[-1]
+            sizes = " x ".join(f"{A.THREAD_AXES[l.var]} {extent[l.var]}" for l in threads)
+            self.report(error(last.extent_span or last.span or _NO_SPAN, "threads-per-block",
+                              f"{total} threads per block ({sizes}) exceed CUDA's limit of {MAX_THREADS_PER_BLOCK}",
+                              *(Related(l.extent_span or _NO_SPAN, f"{A.THREAD_AXES[l.var]} extent {extent[l.var]}")
+                                for l in threads[:-1])))
 
     # ------------------------------------------------------------------- uses
 
     def collect_uses(self, decls: dict[str, A.Decl]) -> dict[str, list[_Use]]:
         uses: dict[str, list[_Use]] = {}
-        for k, site in enumerate(self.sites):
+        for k, facts in enumerate(self.facts):
+            site = facts.site
             eq = site.equation
-            bound = {l.var for l in site.loops}
-            parts = [(eq.lhs, True)]
-            reads = [n for n in A.walk(eq.rhs) if isinstance(n, A.Access)]
-            if eq.predicate is not None:
-                reads += [n for n in A.walk(eq.predicate) if isinstance(n, A.Access)]
-            parts += [(r, False) for r in reads]
-            for access, is_write in parts:
+            bound = facts.ranges
+            parts = [(eq.lhs, True, eq.predicate)]
+            parts += [(r, False, eq.predicate) for r in facts.reads]
+            parts += [(r, False, None) for r in facts.guard_reads]
+            for access, is_write, guard in parts:
                 if access.indices is None and access.tensor in self.all_loops and access.tensor not in decls:
                     loop = self.all_loops[access.tensor]
-                    self.report(error(access.span or Span(0, 0), "loop-var-out-of-scope",
+                    self.report(error(access.span or _NO_SPAN, "loop-var-out-of-scope",
                                       f"loop variable {access.tensor} is used outside its loop",
-                                      Related(loop.span or Span(0, 0), "the loop is here")))
+                                      Related(loop.span or _NO_SPAN, "the loop is here")))
                     continue
-                uses.setdefault(access.tensor, []).append(_Use(access, k, is_write, site.loops, eq.predicate))
-            for node in A.walk(eq):
-                if isinstance(node, A.Var) and node.name not in bound:
-                    span = node.span or Span(0, 0)
-                    if node.name in self.all_loops:
-                        loop = self.all_loops[node.name]
-                        self.report(error(span, "loop-var-out-of-scope",
-                                          f"loop variable {node.name} is used outside its loop",
-                                          Related(loop.span or Span(0, 0), "the loop is here")))
-                    else:
-                        self.report(error(span, "unknown-loop-var", f"unknown loop variable {node.name}"))
-            if eq.lhs.tensor in self.all_loops and eq.lhs.tensor not in decls and eq.lhs.indices is None:
-                pass  # reported above
+                uses.setdefault(access.tensor, []).append(_Use(access, k, is_write, site.loops, bound, guard))
+            for node in facts.variables:
+                if node.name in bound:
+                    continue
+                span = node.span or _NO_SPAN
+                if node.name in self.all_loops:
+                    loop = self.all_loops[node.name]
+                    self.report(error(span, "loop-var-out-of-scope",
+                                      f"loop variable {node.name} is used outside its loop",
+                                      Related(loop.span or _NO_SPAN, "the loop is here")))
+                else:
+                    self.report(error(span, "unknown-loop-var", f"unknown loop variable {node.name}"))
         return uses
 
     # ---------------------------------------------------------------- tensors
@@ -232,7 +458,7 @@ class _Analyzer:
             decl = decls.get(name)
             tensor_uses = uses.get(name, [])
             if decl is not None and not tensor_uses:
-                self.report(warning(decl.name_span or Span(0, 0), "unused-tensor", f"tensor {name} is declared but never used"))
+                self.report(warning(decl.name_span or _NO_SPAN, "unused-tensor", f"tensor {name} is declared but never used"))
             dtype, scope = self.resolve_type(name, decl, tensor_uses)
             rank = self.resolve_rank(name, decl, tensor_uses)
             role = self.resolve_role(name, decl, tensor_uses)
@@ -251,22 +477,22 @@ class _Analyzer:
         first_scope: A.Access | None = None
         for u in uses:
             a = u.access
-            span = a.span or Span(0, 0)
+            span = a.span or _NO_SPAN
             if a.dtype is not None:
                 if dtype is None:
                     dtype, first_dtype = a.dtype, a
                 elif a.dtype != dtype:
-                    where = Related(decl.name_span, f"declared {decl.dtype} here") if decl else Related(first_dtype.span, f"{dtype} here")
+                    where = Related(decl.name_span or _NO_SPAN, f"declared {decl.dtype} here") if decl else Related(first_dtype.span or _NO_SPAN, f"{dtype} here")
                     self.report(error(span, "dtype-conflict", f"{name} is {dtype}, but this access says {a.dtype}", where))
             if a.scope is not None:
                 if scope is None:
                     scope, first_scope = a.scope, a
                 elif a.scope != scope:
-                    where = Related(decl.name_span, f"declared @{decl.scope} here") if decl else Related(first_scope.span, f"@{scope} here")
+                    where = Related(decl.name_span or _NO_SPAN, f"declared @{decl.scope} here") if decl else Related(first_scope.span or _NO_SPAN, f"@{scope} here")
                     self.report(error(span, "scope-conflict", f"{name} is in scope {scope}, but this access says {a.scope}", where))
         if dtype is None:
             if uses:
-                self.report(warning(uses[0].access.name_span or Span(0, 0), "missing-dtype",
+                self.report(warning(uses[0].access.name_span or _NO_SPAN, "missing-dtype",
                                     f"the dtype of {name} is not known (no declaration, no superscript); assuming f32"))
             dtype = "f32"
         if dtype not in A.DTYPES:
@@ -283,8 +509,8 @@ class _Analyzer:
             if rank is None:
                 rank, first = a.rank, a
             elif a.rank != rank:
-                where = Related(decl.name_span, f"declared with rank {rank} here") if decl else Related(first.span, f"rank {rank} here")
-                self.report(error(a.span or Span(0, 0), "rank-conflict",
+                where = Related(decl.name_span or _NO_SPAN, f"declared with rank {rank} here") if decl else Related(first.span or _NO_SPAN, f"rank {rank} here")
+                self.report(error(a.span or _NO_SPAN, "rank-conflict",
                                   f"{name} has {rank} dimension{'s' if rank != 1 else ''}, but this access uses {a.rank}", where))
         return rank or 0
 
@@ -292,11 +518,11 @@ class _Analyzer:
         writes = [u for u in uses if u.is_write]
         if decl is not None:
             if decl.role == "in" and writes:
-                self.report(error(writes[0].access.span or Span(0, 0), "write-to-input",
+                self.report(error(writes[0].access.span or _NO_SPAN, "write-to-input",
                                   f"{name} is an input and cannot be written",
-                                  Related(decl.name_span or Span(0, 0), "declared as input here")))
+                                  Related(decl.name_span or _NO_SPAN, "declared as input here")))
             if decl.role in ("out", "tmp") and not writes and uses:
-                self.report(error(decl.name_span or Span(0, 0), "never-written",
+                self.report(error(decl.name_span or _NO_SPAN, "never-written",
                                   f"{decl.role} tensor {name} is never written"))
             return decl.role
         if not writes:
@@ -314,66 +540,122 @@ class _Analyzer:
             a = u.access
             if a.indices is None or len(a.indices) != rank:
                 continue
-            ranges = affine.loop_ranges(u.loops)
             for d, index in enumerate(a.indices):
-                if not affine.index_vars(index) <= ranges.keys():
+                if not self.vars_of(index) <= u.ranges.keys():
                     continue  # an unbound variable, reported already
-                b = affine.bounds(index, ranges)
-                span = index.span or a.span or Span(0, 0)
-                if b is None:
-                    self.report(error(span, "shape-not-inferable",
-                                      f"cannot infer dimension {d} of {name} from this index; declare {name} with its shape"))
-                    continue
-                if b[0] < 0:
+                span = index.span or a.span or _NO_SPAN
+                b, exact = self.exact_range(index, u)
+                if not exact:
+                    b = self.sound_range(index, u)
+                    if b is None:
+                        self.report(error(span, "shape-not-inferable",
+                                          f"cannot infer dimension {d} of {name} from this index; declare {name} with its shape"))
+                        continue
+                elif b is None:
+                    continue  # the guard never holds
+                elif b[0] < 0:
                     self.report(error(span, "negative-index",
                                       f"index {d} of {name} can be {b[0]} here, below 0; declare {name} or change the index"))
                 extents[d] = max(extents[d], b[1] + 1)
         return tuple(extents)
+
+    def sound_range(self, index: A.Expr, use: _Use) -> affine.Range | None:
+        """Bounds that hold every value ``index`` takes where ``use`` runs
+        (possibly wider), or None when there are none. Cheap."""
+        form = self.form(index)
+        if form is None:
+            return affine.bounds(index, use.ranges)
+        if use.predicate is None:
+            return form.bounds(use.ranges)
+        return affine.guarded_bounds(form, use.ranges, use.predicate)
+
+    def exact_range(self, index: A.Expr, use: _Use) -> tuple[affine.Range | None, bool]:
+        """The smallest and largest value ``index`` takes where ``use`` runs
+        (under its guard), as ``(range, True)``; ``(None, True)`` when the
+        guard never holds; ``(None, False)`` when it cannot be known
+        exactly (too many points to enumerate, or a guard that reads
+        tensors)."""
+        form = self.form(index)
+        guard = use.predicate
+        if form is not None and guard is None:
+            return form.bounds(use.ranges), True
+        names = self.vars_of(index) | (self.vars_of(guard) if guard is not None else frozenset())
+        loops = [l for l in use.loops if l.var in names]
+        values = self.enumerate_values(loops, index, guard)
+        if values is None:
+            return None, False
+        if values.size == 0:
+            return None, True
+        return (int(values.min()), int(values.max())), True
+
+    def enumerate_values(self, loops: list[A.Loop], index: A.Expr, guard: A.Expr | None):
+        """The index's values at the points of ``loops`` where the guard
+        holds (a flat array), or None when that cannot be enumerated."""
+        space = self.space(loops)
+        if space is None:
+            return None
+        values = space.evaluate(index)
+        if values is None:
+            return None
+        values = space.full(values)
+        if guard is not None:
+            mask = space.evaluate(guard)
+            if mask is None:
+                return None
+            values = values[space.full(mask).astype(bool)]
+        return values
+
+    def space(self, loops: list[A.Loop]) -> affine.Space | None:
+        """An enumerable space over ``loops``, charged to the budget; None
+        when it is too large or the budget is spent."""
+        size = affine.Space.size_of(loops)
+        if size > affine.MAX_POINTS or size > self.enumeration_left:
+            return None
+        if any(l.extent < 1 for l in loops):
+            return None
+        self.enumeration_left -= size
+        return affine.Space(loops)
 
     # --------------------------------------------------------------- equations
 
     def classify(self, tensors: dict[str, TensorInfo]) -> list[EquationInfo]:
         infos: list[EquationInfo] = []
         written: set[str] = set()
-        for k, site in enumerate(self.sites):
+        for k, facts in enumerate(self.facts):
+            site = facts.site
             eq = site.equation
             lhs = eq.lhs
-            combiner, operand = reduction_shape(eq)
-            self_reads = [n for n in A.walk(eq.rhs) if isinstance(n, A.Access) and n.tensor == lhs.tensor]
+            self_reads = [r for r in facts.reads if r.tensor == lhs.tensor]
+            combiner, operand = reduction_shape(eq) if self_reads else (None, None)
             first = lhs.tensor not in written
             if not self_reads:
                 kind = "assign"
             elif first:
                 if combiner is None:
                     bad = next((r for r in self_reads if r.indices != lhs.indices), self_reads[0])
-                    self.report(error(bad.span or Span(0, 0), "reduction-init",
+                    self.report(error(bad.span or _NO_SPAN, "reduction-init",
                                       f"{lhs.tensor} is read before it is first written, so its initial value cannot be implied: "
                                       f"write a reduction as {lhs.tensor} = {lhs.tensor} + e (or *, max, min), "
                                       f"or initialise {lhs.tensor} in an earlier equation"))
                 kind = "reduce"
             else:
                 kind = "update"
-            lhs_vars = set()
+            lhs_vars: set[str] = set()
             for index in lhs.indices or ():
-                lhs_vars |= affine.index_vars(index)
+                lhs_vars |= self.vars_of(index)
             spatial = tuple(l.var for l in site.loops if l.var in lhs_vars)
             rest = tuple(l.var for l in site.loops if l.var not in lhs_vars)
-            if kind == "assign" and rest:
-                loop = next(l for l in site.loops if l.var == rest[0])
-                self.report(warning(lhs.span or Span(0, 0), "repeated-write",
-                                    f"{_access_text(lhs)} is written on every iteration of loop {rest[0]}, which its index does not use; "
+            guard_vars = self.vars_of(eq.predicate) if eq.predicate is not None else frozenset()
+            # Parallel loops that repeat a write are races, reported apart.
+            repeated = [l for l in site.loops if l.var in rest and l.var not in guard_vars
+                        and l.kind not in _PARALLEL_KINDS and l.extent > 1]
+            if kind == "assign" and repeated:
+                loop = repeated[0]
+                self.report(warning(lhs.span or _NO_SPAN, "repeated-write",
+                                    f"{_access_text(lhs)} is written on every iteration of loop {loop.var}, which its index does not use; "
                                     f"only the last iteration's value remains",
-                                    Related(loop.span or Span(0, 0), f"loop {rest[0]}")))
-            if kind in ("reduce", "update") or (kind == "assign" and rest):
-                for var in rest:
-                    loop = next(l for l in site.loops if l.var == var)
-                    if loop.kind in ("P", "V", "B"):
-                        self.report(error(loop.var_span or Span(0, 0), "race",
-                                          f"iterations of {_kind_name(loop.kind)} loop {var} all write the same element "
-                                          f"{_access_text(lhs)} (a race): make {var} serial or index the write by it",
-                                          Related(lhs.span or Span(0, 0), "the write")))
-            infos.append(EquationInfo(site, kind, combiner if self_reads else None, operand if self_reads else None,
-                                      spatial, rest, k))
+                                    Related(loop.span or _NO_SPAN, f"loop {loop.var}")))
+            infos.append(EquationInfo(site, kind, combiner, operand, spatial, rest, k))
             written.add(lhs.tensor)
         return infos
 
@@ -382,74 +664,154 @@ class _Analyzer:
         first_write: dict[str, int] = {}
         for info in equations:
             first_write.setdefault(info.equation.lhs.tensor, info.index)
-        for info in equations:
+        for info, facts in zip(equations, self.facts):
             eq = info.equation
-            for node in A.walk(eq.rhs):
-                if not isinstance(node, A.Access) or node.tensor not in tensors:
+            for node in facts.reads + facts.guard_reads:
+                t = tensors.get(node.tensor)
+                if t is None or t.role == "in":
                     continue
-                t = tensors[node.tensor]
-                if t.role == "in":
-                    continue
-                fw = first_write.get(node.tensor)
                 if node.tensor == eq.lhs.tensor and info.kind in ("reduce", "update"):
                     continue
+                fw = first_write.get(node.tensor)
                 if fw is None or fw >= info.index:
-                    self.report(error(node.span or Span(0, 0), "read-before-write",
+                    self.report(error(node.span or _NO_SPAN, "read-before-write",
                                       f"{node.tensor} is read here before any equation writes it"))
+
+    # ------------------------------------------------------------------ races
+
+    def check_races(self, equations: list[EquationInfo]) -> None:
+        """Two iterations of a P, V or B loop (same values of the loops
+        outside it, any values of the loops inside) must never write the
+        same element."""
+        for info in equations:
+            loops = info.loops
+            for k, loop in enumerate(loops):
+                if loop.kind in _PARALLEL_KINDS and loop.extent > 1:
+                    self.check_race(info, loop, loops[:k], loops[k + 1:])
+
+    def check_race(self, info: EquationInfo, loop: A.Loop, outer: tuple[A.Loop, ...], inner: tuple[A.Loop, ...]) -> None:
+        eq = info.equation
+        lhs = eq.lhs
+        indices = lhs.indices or ()
+        forms = [self.form(i) for i in indices]
+        free = affine.loop_ranges((loop,) + inner)
+        if affine.separates([f for f in forms if f is not None], loop.var, free):
+            return
+        index_names = frozenset().union(*(self.vars_of(i) for i in indices)) if indices else frozenset()
+        guard_names = self.vars_of(eq.predicate) if eq.predicate is not None else frozenset()
+        if loop.var not in index_names and loop.var not in guard_names:
+            # Iterations of the loop with the same inner values write the
+            # same element.
+            self.report_race(info, loop, (loop.start, loop.start + 1), None)
+            return
+        names = index_names | guard_names
+        # Loops inside vary freely; with affine indices and no guard, loops
+        # outside cancel out, otherwise they are enumerated too.
+        if eq.predicate is None and all(f is not None for f in forms):
+            fixed: list[A.Loop] = []
+        else:
+            fixed = [l for l in outer if l.var in names]
+        space_loops = fixed + [loop] + [l for l in inner if l.var in names]
+        collision = self.find_collision(space_loops, loop, fixed, indices, eq.predicate)
+        if collision is None:
+            self.report(warning(loop.var_span or loop.span or _NO_SPAN, "possible-race",
+                                f"could not prove that different iterations of {_kind_name(loop.kind)} loop {loop.var} "
+                                f"write different elements of {lhs.tensor} (the index is not affine or there are too many "
+                                f"iterations to enumerate); a race if they do",
+                                Related(lhs.span or _NO_SPAN, "the write")))
+        elif collision:
+            self.report_race(info, loop, collision[0], collision[1])
+
+    def find_collision(self, loops: list[A.Loop], loop: A.Loop, outer: list[A.Loop],
+                       indices: tuple[A.Expr, ...], guard: A.Expr | None):
+        """Two values of ``loop`` that write the same element (with equal
+        values of the ``outer`` loops), as ``((v1, v2), element)``; ``()``
+        when there are none; None when the space cannot be enumerated."""
+        space = self.space(loops)
+        if space is None:
+            return None
+        np = affine._numpy()
+        columns = []
+        for index in indices:
+            values = space.evaluate(index)
+            if values is None:
+                return None
+            columns.append(space.full(values))
+        keys = columns + [space.full(space.axes[l.var]) for l in outer]
+        var_values = space.full(space.axes[loop.var])
+        if guard is not None:
+            mask = space.evaluate(guard)
+            if mask is None:
+                return None
+            mask = space.full(mask).astype(bool)
+            keys = [c[mask] for c in keys]
+            var_values = var_values[mask]
+        if var_values.size < 2:
+            return ()
+        # Sort the points by (element, outer values, loop value): a race is
+        # two neighbours with the same element and outer values but
+        # different loop values.
+        order = np.lexsort([var_values] + keys[::-1])
+        same_key = np.ones(order.size - 1, dtype=bool)
+        for column in keys:
+            sorted_column = column[order]
+            same_key &= sorted_column[1:] == sorted_column[:-1]
+        sorted_var = var_values[order]
+        hits = np.nonzero(same_key & (sorted_var[1:] != sorted_var[:-1]))[0]
+        if hits.size == 0:
+            return ()
+        first = order[hits[0]]
+        element = tuple(int(c[first]) for c in columns)
+        return (int(sorted_var[hits[0]]), int(sorted_var[hits[0] + 1])), element
+
+    def report_race(self, info: EquationInfo, loop: A.Loop, values: tuple[int, int], element: tuple[int, ...] | None) -> None:
+        lhs = info.equation.lhs
+        span = loop.var_span or loop.span or _NO_SPAN
+        target = f"element ({', '.join(map(str, element))}) of {lhs.tensor}" if element else _access_text(lhs)
+        a, b = values
+        if loop.kind == "V" and loop.var in info.reduce_axes and info.kind in ("reduce", "update"):
+            # Measured with TVM 0.27: the vectorized reduction builds and
+            # silently returns a wrong sum.
+            self.report(error(span, "vectorized-reduction",
+                              f"vectorized loop {loop.var} is a reduction axis of {lhs.tensor}: all its lanes accumulate into "
+                              f"{target} at once, which TVM cannot vectorize without rfactor; make {loop.var} serial "
+                              f"or vectorize a spatial loop",
+                              Related(lhs.span or _NO_SPAN, "the reduction")))
+            return
+        self.report(error(span, "race",
+                          f"iterations {loop.var}={a} and {loop.var}={b} of {_kind_name(loop.kind)} loop {loop.var} both write "
+                          f"{target} (a race): make {loop.var} serial or index the write by it",
+                          Related(lhs.span or _NO_SPAN, "the write")))
 
     # ----------------------------------------------------------------- bounds
 
     def check_bounds(self, tensors: dict[str, TensorInfo], uses: dict[str, list[_Use]]) -> None:
+        """Every index of a declared tensor stays inside its shape where it
+        runs (under its equation's guard). Reported only when the range is
+        exact: an over-estimate is no evidence of an error."""
         for name, tensor_uses in uses.items():
             t = tensors.get(name)
-            if t is None:
-                continue
+            if t is None or not t.declared:
+                continue  # inferred shapes hold every index by construction
             for u in tensor_uses:
                 a = u.access
                 if a.indices is None or len(a.indices) != len(t.shape):
                     continue
-                if u.predicate is not None:
-                    # A guard may keep the index in range; checked by
-                    # enumeration in check_guarded_bounds when small.
-                    continue
-                ranges = affine.loop_ranges(u.loops)
                 for d, index in enumerate(a.indices):
-                    b = affine.bounds(index, ranges)
-                    if b is None:
+                    if not self.vars_of(index) <= u.ranges.keys():
+                        continue  # an unbound variable, reported already
+                    extent = t.shape[d]
+                    b = self.sound_range(index, u)
+                    if b is not None and 0 <= b[0] and b[1] < extent:
                         continue
-                    if b[0] < 0 or b[1] >= t.shape[d]:
-                        lo, hi = b
-                        self.report(error(index.span or a.span or Span(0, 0), "index-out-of-bounds",
-                                          f"index {d} of {name} ranges over {lo}..{hi}, outside 0..{t.shape[d] - 1} "
-                                          f"(dimension {d} of {name} has extent {t.shape[d]})"))
-
-
-def reduction_shape(eq: A.Equation) -> tuple[str | None, A.Expr | None]:
-    """The combiner and combined operand if ``eq`` reads its own element in
-    a reduction shape (``C = C + e``, ``C = e + C``, ``C = C - e``,
-    ``C = C * e``, ``C = max(C, e)``...), else (None, None)."""
-    lhs, rhs = eq.lhs, eq.rhs
-
-    def is_self(e: A.Expr) -> bool:
-        return isinstance(e, A.Access) and e.tensor == lhs.tensor and e.indices == lhs.indices
-
-    def reads_self(e: A.Expr) -> bool:
-        return any(isinstance(n, A.Access) and n.tensor == lhs.tensor for n in A.walk(e))
-
-    if isinstance(rhs, A.Binary) and rhs.op in ("+", "*", "-"):
-        combiner = {"+": "sum", "*": "prod", "-": "sum"}[rhs.op]
-        if is_self(rhs.lhs) and not reads_self(rhs.rhs):
-            operand = rhs.rhs if rhs.op != "-" else A.Unary("-", rhs.rhs)
-            return combiner, operand
-        if rhs.op != "-" and is_self(rhs.rhs) and not reads_self(rhs.lhs):
-            return combiner, rhs.lhs
-    if isinstance(rhs, A.Call) and rhs.func in ("max", "min") and len(rhs.args) == 2:
-        a, b = rhs.args
-        if is_self(a) and not reads_self(b):
-            return rhs.func, b
-        if is_self(b) and not reads_self(a):
-            return rhs.func, a
-    return None, None
+                    b, exact = self.exact_range(index, u)
+                    if b is None or not exact or (0 <= b[0] and b[1] < extent):
+                        continue
+                    lo, hi = b
+                    guarded = " where the guard holds" if u.predicate is not None else ""
+                    self.report(error(index.span or a.span or _NO_SPAN, "index-out-of-bounds",
+                                      f"index {d} of {name} ranges over {lo}..{hi}{guarded}, outside 0..{extent - 1} "
+                                      f"(dimension {d} of {name} has extent {extent})"))
 
 
 def _kind_name(kind: str) -> str:
@@ -457,6 +819,4 @@ def _kind_name(kind: str) -> str:
 
 
 def _access_text(a: A.Access) -> str:
-    from leir.printer import print_expr
-
     return print_expr(a, declared=frozenset({a.tensor}))

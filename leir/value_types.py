@@ -29,7 +29,8 @@ dtype and that reads of other dtypes are cast. In detail:
 - **Literals** must be representable in their context: ``0.5`` or ``inf``
   in an integer context is an error.
 - **Boolean tensors** are written only with conditions, boolean reads or
-  ``if_then_else`` of those.
+  ``if_then_else`` of those; a comparison in a bool equation computes its
+  operands in the dtype of the first tensor it reads.
 """
 
 from __future__ import annotations
@@ -37,13 +38,14 @@ from __future__ import annotations
 import math
 
 from leir import ast as A
+from leir.errors import LeirError
 
 FLOAT_FUNCTIONS = frozenset({"exp", "log", "sqrt", "rsqrt", "erf", "tanh", "sigmoid", "pow"})
 INDEX_OPERATORS = frozenset({"+", "-", "*", "//", "%"})
 ARITHMETIC = frozenset({"+", "-", "*", "/", "//", "%", "**"})
 
 
-class TypeRuleError(ValueError):
+class TypeRuleError(LeirError, ValueError):
     """An expression the typing rules above do not give a meaning to."""
 
 
@@ -129,3 +131,15 @@ def reduction_identity(combiner: str, dtype: str, dtype_min: int | float, dtype_
     if is_float_dtype(dtype):
         return -math.inf if combiner == "max" else math.inf
     return dtype_min if combiner == "max" else dtype_max
+
+
+def comparison_dtype(e: A.Binary, context: str, tensors: dict) -> str:
+    """The dtype a comparison's operands compute in: the context's, except
+    in a bool context, which has no numbers: there, the dtype of the first
+    tensor the comparison reads (f64 if it reads none)."""
+    if context != "bool":
+        return context
+    for node in A.walk(e):
+        if isinstance(node, A.Access):
+            return tensors[node.tensor].dtype
+    return "f64"

@@ -23,10 +23,15 @@ Anything else defined outside the kernel (``N = 2 * 64``, an imported name,
 a function, a name assigned in a loop or rebound through ``global``) is an
 "untrusted-code" error at its use that says so.
 
+A file that binds neither ``T`` nor ``I`` (TVM's printer output writes its
+imports as comments) gets what ``tvm.script.from_source`` assumes: ``T`` is
+``tvm.script.tirx`` and ``I`` is ``tvm.script.ir``.
+
 Pre-0.27 files. ``from tvm.script import tir as T`` is parsed as TVM 0.27's
 ``tirx`` with ``T.block`` read as ``T.sblock`` (and ``T.block_attr`` as
 ``T.sblock_attr``) and ``s_tir=True`` added to its ``prim_func`` decorators,
-which is what a ``tir`` kernel meant.
+which is what a ``tir`` kernel meant (TVM 0.27 itself cannot import
+``tvm.script.tir``).
 
 Importing this package does not import TVM; ``load_document`` does, on
 first use."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -74,7 +75,11 @@ class KernelSource:
 def parse_python(text: str) -> tuple[ast.Module | None, list[Diagnostic]]:
     """The syntax tree of a Python file, or a "python-syntax" diagnostic."""
     try:
-        return ast.parse(text), []
+        with warnings.catch_warnings():
+            # "invalid escape sequence" and the like are the file's business,
+            # not lines on the tool's stderr.
+            warnings.simplefilter("ignore")
+            return ast.parse(text), []
     except SyntaxError as e:
         return None, [error(_syntax_error_span(text, e), "python-syntax", _syntax_error_message(e))]
     except (ValueError, RecursionError, MemoryError) as e:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import ast
 import re
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from leir.ast import Span
 from leir.diagnostics import Diagnostic, error
-from leir.tvmscript.discovery import KernelSource, decorator_kind, find_kernels
+from leir.tvmscript.discovery import KernelKind, KernelSource, decorator_kind, find_kernels
 from leir.tvmscript.lines import PythonLines, char_column
 from leir.tvmscript.namespaces import namespace_values
 from leir.tvmscript.screen import BUILTIN_NAMES, screen_kernel
@@ -44,7 +45,7 @@ class ParsedKernel:
         return self.source.name
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> KernelKind:
         return self.source.kind
 
 
@@ -84,7 +85,7 @@ def parse_kernel(kernel: KernelSource) -> tuple[Any, list[Diagnostic]]:
 
     Returns (None, diagnostics) when the screen refuses the kernel (TVM
     never sees it) or TVM reports an error, mapped to the original file."""
-    refused = screen_kernel(kernel)
+    refused = screen_kernel(kernel) or _unreadable_decorators(kernel)
     if refused:
         return None, refused
     source = _TVMSource.of(kernel)
@@ -96,7 +97,9 @@ def parse_kernel(kernel: KernelSource) -> tuple[Any, list[Diagnostic]]:
     import tvm.script
 
     try:
-        return tvm.script.from_source(source.text, extra_vars=extra_vars), []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return tvm.script.from_source(source.text, extra_vars=extra_vars), []
     except SyntaxError as e:
         return None, [_syntax_error(kernel, source, e)]
     except Exception as e:  # noqa: BLE001 - TVM reports a user's mistakes by raising anything
@@ -110,14 +113,15 @@ def _parsed(source: KernelSource, value: Any) -> ParsedKernel:
 
     if isinstance(value, tvm.IRModule):
         return ParsedKernel(source, None, value)
-    return ParsedKernel(source, value, tvm.IRModule({source.name: value}))
+    if isinstance(value, tvm.tirx.PrimFunc):
+        return ParsedKernel(source, value, tvm.IRModule({source.name: value}))
+    return ParsedKernel(source)
 
 
 @dataclass(frozen=True)
 class _Insertion:
     """Text leir added to the source TVM parses: ``length`` characters at
-    character column ``column`` of (1-based) ``line``, before any other
-    insertion on that line is made."""
+    character column ``column`` of (1-based) ``line``."""
 
     line: int
     column: int
@@ -201,8 +205,7 @@ def _legacy_decorator_additions(kernel: KernelSource) -> list[tuple[ast.expr, st
     ``prim_func`` decorator does not say.
 
     Added at the end of the decorator so that no position before it moves."""
-    node = kernel.node
-    functions = [s for s in node.body if isinstance(s, ast.FunctionDef)] if isinstance(node, ast.ClassDef) else [node]
+    functions = _functions_of(kernel)
     additions = []
     for function in functions:
         for decorator in function.decorator_list:
@@ -220,6 +223,33 @@ def _legacy_decorator_additions(kernel: KernelSource) -> list[tuple[ast.expr, st
                 trailing_comma = segment[:-1].rstrip().endswith(",")
                 additions.append((decorator, ", s_tir=True" if has_arguments and not trailing_comma else "s_tir=True"))
     return additions
+
+
+def _unreadable_decorators(kernel: KernelSource) -> list[Diagnostic]:
+    """TVM 0.27 reads ``prim_func(...)`` arguments from the syntax tree as
+    ``decorator.func.attr`` and fails obscurely on a bare name
+    (``from tvm.script.tirx import prim_func``); say so at the decorator."""
+    functions = _functions_of(kernel)
+    return [
+        error(
+            kernel.lines.node_span(decorator),
+            "tvmscript-error",
+            "TVM reads prim_func(...) arguments only when written with its namespace, as in @T.prim_func(...).",
+        )
+        for function in functions
+        for decorator in function.decorator_list
+        if isinstance(decorator, ast.Call)
+        and isinstance(decorator.func, ast.Name)
+        and decorator_kind(decorator, kernel.scope) == "prim_func"
+    ]
+
+
+def _functions_of(kernel: KernelSource) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The kernel's function, or the functions of its module class."""
+    node = kernel.node
+    if isinstance(node, ast.ClassDef):
+        return [s for s in node.body if isinstance(s, ast.FunctionDef)]
+    return [node]
 
 
 def _syntax_error(kernel: KernelSource, source: _TVMSource, e: SyntaxError) -> Diagnostic:
@@ -270,7 +300,9 @@ def _node_end(text: str, line: int, column: int, end_line: int, min_end_column: 
     ``min_end_column`` (byte columns); (``end_line``, ``min_end_column``)
     when there is none."""
     try:
-        tree = ast.parse(text)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return end_line, min_end_column
     ends = [

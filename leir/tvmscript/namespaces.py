@@ -91,7 +91,7 @@ def import_bindings(tree: ast.AST) -> dict[str, str]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             for alias in node.names:
                 path = f"{node.module}.{alias.name}"
-                if is_tvm_path(path):
+                if alias.name != "*" and is_tvm_path(path):
                     bindings[alias.asname or alias.name] = path
     return bindings
 
@@ -132,8 +132,9 @@ def namespace_values(bindings: dict[str, str]) -> dict[str, Any]:
             continue
         value = namespaces[resolved.namespace]
         for member in resolved.members:
-            value = getattr(value, member)
-        values[name] = value
+            value = getattr(value, member, None)
+        if value is not None:  # None: the file imports a name TVM does not have
+            values[name] = value
     return values
 
 

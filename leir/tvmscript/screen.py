@@ -121,36 +121,36 @@ BUILTIN_NAMES = frozenset(dir(builtins))
 MAX_LITERAL_EXPONENT = 64
 
 _STATEMENTS_REFUSED = {
-    ast.FunctionDef: "a function defined inside a kernel",
-    ast.AsyncFunctionDef: "a function defined inside a kernel",
-    ast.ClassDef: "a class defined inside a kernel",
-    ast.Import: "an import inside a kernel",
-    ast.ImportFrom: "an import inside a kernel",
-    ast.Global: "a global statement",
-    ast.Nonlocal: "a nonlocal statement",
-    ast.Try: "try/except",
-    ast.Raise: "raise",
-    ast.Delete: "del",
-    ast.Match: "match",
-    ast.AsyncFor: "async for",
-    ast.AsyncWith: "async with",
+    ast.FunctionDef: "A function defined inside a kernel",
+    ast.AsyncFunctionDef: "A function defined inside a kernel",
+    ast.ClassDef: "A class defined inside a kernel",
+    ast.Import: "An import inside a kernel",
+    ast.ImportFrom: "An import inside a kernel",
+    ast.Global: "`global`",
+    ast.Nonlocal: "`nonlocal`",
+    ast.Try: "`try`",
+    ast.Raise: "`raise`",
+    ast.Delete: "`del`",
+    ast.Match: "`match`",
+    ast.AsyncFor: "`async for`",
+    ast.AsyncWith: "`async with`",
 }
 if hasattr(ast, "TryStar"):
-    _STATEMENTS_REFUSED[ast.TryStar] = "try/except*"
+    _STATEMENTS_REFUSED[ast.TryStar] = "`try`"
 
 _EXPRESSIONS_REFUSED = {
-    ast.ListComp: "a comprehension",
-    ast.SetComp: "a comprehension",
-    ast.DictComp: "a comprehension",
-    ast.GeneratorExp: "a generator expression",
-    ast.Lambda: "a lambda (TVMScript has one only as the combiner of T.comm_reducer)",
-    ast.NamedExpr: "an assignment expression (:=)",
-    ast.JoinedStr: "an f-string",
-    ast.Starred: "unpacking with *",
-    ast.Await: "await",
-    ast.Yield: "yield",
-    ast.YieldFrom: "yield from",
-    ast.Set: "a set literal",
+    ast.ListComp: "A comprehension",
+    ast.SetComp: "A comprehension",
+    ast.DictComp: "A comprehension",
+    ast.GeneratorExp: "A generator expression",
+    ast.Lambda: "A lambda outside T.comm_reducer(...)",
+    ast.NamedExpr: "An assignment expression (:=)",
+    ast.JoinedStr: "An f-string",
+    ast.Starred: "Unpacking with *",
+    ast.Await: "`await`",
+    ast.Yield: "`yield`",
+    ast.YieldFrom: "`yield from`",
+    ast.Set: "A set literal",
 }
 
 _ALLOWED_BY = "a kernel may use only TVMScript names (T.…, I.…), its own variables, literals and literal module constants"
@@ -268,14 +268,14 @@ class _Screen:
     def statement(self, node: ast.stmt) -> None:
         if isinstance(node, ast.Assign):
             for target in node.targets:
-                self.target(target)
+                self.target(target, store=True)
             self.expr(node.value)
         elif isinstance(node, ast.AugAssign):
-            self.target(node.target)
+            self.target(node.target, store=True)
             self.expr(node.value)
             self.operator_guard(node, node.op, node.target, node.value)
         elif isinstance(node, ast.AnnAssign):
-            self.target(node.target)
+            self.target(node.target, store=True)
             self.expr(node.annotation)
             if node.value is not None:
                 self.expr(node.value)
@@ -310,16 +310,19 @@ class _Screen:
         elif isinstance(node, ast.Pass | ast.Break | ast.Continue):
             pass
         else:
-            what = _STATEMENTS_REFUSED.get(type(node), f"a {type(node).__name__} statement")
-            self.refuse(node, f"{what[0].upper()}{what[1:]} is not TVMScript; leir does not run it.")
+            what = _STATEMENTS_REFUSED.get(type(node), f"A {type(node).__name__} statement")
+            self.refuse(node, f"{what} is not TVMScript; leir does not run it.")
 
-    def target(self, node: ast.expr) -> None:
+    def target(self, node: ast.expr, *, store: bool = False) -> None:
+        """An assignment, loop or ``with`` target. A buffer element
+        (``A[i] = ...``) is a target only of a whole assignment (``store``):
+        TVM binds other targets by running a Python assignment."""
         if isinstance(node, ast.Name):
             self.binding_name(node, node.id, is_param=False)
         elif isinstance(node, ast.Tuple | ast.List):
             for element in node.elts:
                 self.target(element)
-        elif isinstance(node, ast.Subscript):
+        elif isinstance(node, ast.Subscript) and store:
             self.expr(node.value)
             self.expr(node.slice)
         else:
@@ -385,8 +388,8 @@ class _Screen:
                 self.expr(key)
                 self.expr(value)
         else:
-            what = _EXPRESSIONS_REFUSED.get(type(node), f"a {type(node).__name__} expression")
-            self.refuse(node, f"{what[0].upper()}{what[1:]} is not allowed in a kernel; leir does not run it.")
+            what = _EXPRESSIONS_REFUSED.get(type(node), f"A {type(node).__name__} expression")
+            self.refuse(node, f"{what} is not TVMScript; leir does not run it.")
 
     def load_name(self, node: ast.Name) -> None:
         name = node.id

@@ -7,6 +7,7 @@ import textwrap
 from typing import Any
 
 from leir.tvmscript.discovery import KernelSource
+from leir.tvmscript.loading import ParsedKernel
 from leir.tvmscript.namespaces import resolve
 
 #: The import comments TVM's printer puts above a kernel
@@ -14,11 +15,13 @@ from leir.tvmscript.namespaces import resolve
 _PRINTER_HEADER = re.compile(r"#\s*(?:from|import)\s+tvm\b.*")
 
 
-def print_kernel(kernel: KernelSource, value: Any) -> str:
+def print_kernel(kernel: KernelSource | ParsedKernel, value: Any) -> str:
     """TVMScript for a PrimFunc or IRModule, printed under the kernel's name
     with the namespace names the kernel's file imports (``T``/``I`` unless
     the file says otherwise)."""
+    kernel = _source(kernel)
     tir_prefix, ir_prefix = "T", "I"
+    # The file's imports come after the defaults in ``aliases``: theirs win.
     for name, path in kernel.scope.aliases.items():
         resolved = resolve(path)
         if resolved is None or resolved.members:
@@ -30,7 +33,7 @@ def print_kernel(kernel: KernelSource, value: Any) -> str:
     return value.script(name=kernel.name, ir_prefix=ir_prefix, extra_config={"tirx.prefix": tir_prefix})
 
 
-def replace_kernel(text: str, kernel: KernelSource, new_kernel_source: str) -> str:
+def replace_kernel(text: str, kernel: KernelSource | ParsedKernel, new_kernel_source: str) -> str:
     """``text`` with ``kernel`` replaced by ``new_kernel_source``, re-indented
     to the kernel's indentation.
 
@@ -38,6 +41,7 @@ def replace_kernel(text: str, kernel: KernelSource, new_kernel_source: str) -> s
     surrounding blank lines are dropped. Raises ValueError when ``kernel`` was
     found in another version of the text: an edit computed on one version is
     never applied to the next."""
+    kernel = _source(kernel)
     if text[kernel.span.start : kernel.span.end] != kernel.text:
         raise ValueError(f"kernel {kernel.name!r} is not at {kernel.span.start}..{kernel.span.end} of this text")
     body = new_kernel_source.splitlines()
@@ -49,3 +53,7 @@ def replace_kernel(text: str, kernel: KernelSource, new_kernel_source: str) -> s
     newline = "\r\n" if "\r\n" in kernel.text else "\n"
     indented = body[:1] + [kernel.indent + line if line.strip() else "" for line in body[1:]]
     return text[: kernel.span.start] + newline.join(indented) + text[kernel.span.end :]
+
+
+def _source(kernel: KernelSource | ParsedKernel) -> KernelSource:
+    return kernel.source if isinstance(kernel, ParsedKernel) else kernel

@@ -1,0 +1,221 @@
+"""Build a LEIR program with TVM, run it, and check it against the NumPy
+evaluator.
+
+``check`` is what "verified" means for a program or a transformation step:
+TVM's result on seeded random inputs matches ``leir.evaluate`` for every
+output, by Step-TP's acceptance rule (``compare``).
+
+On the CPU, thread-bound (``B``) loops are lowered as serial loops, so a
+GPU-style program can be checked without a GPU; the result says so in its
+notes. TVM is imported inside the functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from leir.errors import LeirError
+from leir.inputs import InputError, check_inputs, random_inputs, zeros
+from leir.lower import lower, thread_loops, tvm_error_message
+from leir.semantics import Analysis
+from leir.targets import cuda_target, gpu_problems, host_target
+
+if TYPE_CHECKING:
+    import tvm
+
+__all__ = [
+    "BuildError", "CheckResult", "Comparison", "InputError", "RunError", "RunResult",
+    "build", "check", "compare", "cuda_target", "host_target", "random_inputs", "run",
+]
+
+TARGETS = ("llvm", "cuda")
+
+
+class RunError(LeirError):
+    """The program could not be run (no such device, or TVM failed)."""
+
+
+class BuildError(RunError):
+    """TVM could not build the program for the target."""
+
+
+@dataclass
+class RunResult:
+    outputs: dict[str, np.ndarray]
+    target: str  # "llvm" | "cuda"
+    #: What the user should know about how it ran (serialised threads...).
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    ok: bool
+    max_abs_err: float
+    max_rel_err: float
+    mse: float
+    #: Which part of the rule accepted it: "exact", "elementwise", "mse",
+    #: or "" when it failed.
+    criterion: str = ""
+    #: Elements outside the element-wise tolerance.
+    mismatched: int = 0
+
+    def describe(self) -> str:
+        verdict = f"ok ({self.criterion})" if self.ok else f"MISMATCH ({self.mismatched} elements)"
+        return f"{verdict}: max abs err {self.max_abs_err:.3g}, max rel err {self.max_rel_err:.3g}, mse {self.mse:.3g}"
+
+
+@dataclass
+class CheckResult:
+    ok: bool
+    target: str
+    seed: int
+    comparisons: dict[str, Comparison]
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        lines = [f"{name}: {c.describe()}" for name, c in self.comparisons.items()]
+        return "\n".join(lines + [f"note: {n}" for n in self.notes])
+
+
+# ------------------------------------------------------------ building and running
+
+
+def build(func: "tvm.tirx.PrimFunc", target) -> "tvm.runtime.Executable":
+    """``tvm.compile`` of ``func`` for ``target`` (a ``tvm.target.Target`` or
+    its dictionary); raises ``BuildError`` with TVM's reason."""
+    import tvm
+
+    try:
+        return tvm.compile(func, target=target)
+    except Exception as exc:  # TVM reports build failures as assorted exception types
+        raise BuildError(f"TVM could not build the program: {tvm_error_message(exc)}") from exc
+
+
+def run(analysis: Analysis, inputs: dict[str, np.ndarray], target: str = "llvm") -> RunResult:
+    """Build the program for ``target`` ("llvm": this CPU, "cuda": this
+    machine's GPU) and run it on ``inputs``; outputs start zeroed. Raises
+    ``InputError``, ``LoweringError``, ``BuildError`` or ``RunError``."""
+    import tvm
+
+    if target not in TARGETS:
+        raise RunError(f"unknown target {target!r}: expected one of {', '.join(TARGETS)}")
+    arrays = check_inputs(analysis, inputs)
+    notes: list[str] = []
+    if target == "llvm":
+        threads = thread_loops(analysis)
+        if threads:
+            notes.append(f"thread-bound loops {', '.join(threads)} were run as serial loops on the CPU")
+        func = lower(analysis, threads_as_serial=bool(threads))
+        device, tvm_target = tvm.cpu(0), host_target()
+    else:
+        tvm_target = cuda_target()
+        if tvm_target is None:
+            raise RunError("no CUDA GPU is available on this machine")
+        problems = gpu_problems(analysis)
+        if problems:
+            raise BuildError(problems[0])
+        func = lower(analysis)
+        device = tvm.cuda(0)
+    module = _loaded(build(func, tvm_target))
+    outputs = _call(module, analysis, arrays, device)
+    return RunResult(outputs, target, notes)
+
+
+def _loaded(executable) -> object:
+    try:
+        return executable.jit()
+    except Exception as exc:  # nvcc or the loader failed
+        raise BuildError(f"TVM could not load the built program: {tvm_error_message(exc)}") from exc
+
+
+def _call(module, analysis: Analysis, arrays: dict[str, np.ndarray], device) -> dict[str, np.ndarray]:
+    import tvm
+
+    try:
+        params = [tvm.runtime.tensor(arrays[t.name], device) for t in analysis.inputs()]
+        results = {t.name: tvm.runtime.tensor(zeros(t), device) for t in analysis.outputs()}
+        module["main"](*params, *results.values())
+        device.sync()
+        return {name: value.numpy() for name, value in results.items()}
+    except Exception as exc:  # a kernel fault surfaces as a TVM error
+        raise RunError(f"running the program failed: {tvm_error_message(exc)}") from exc
+
+
+# ------------------------------------------------------------ comparing
+
+
+#: Step-TP's acceptance rule ("Their verification and filtering" in
+#: /work/shared/reference/step-tp.md): relative error <= 5e-3, or absolute
+#: error <= 1e-7 (1.5 for f16, 1e-3 for f32), or MSE <= 1e-5.
+RELATIVE_TOLERANCE = 5e-3
+MSE_TOLERANCE = 1e-5
+ABSOLUTE_TOLERANCE = {"f16": 1.5, "f32": 1e-3}
+DEFAULT_ABSOLUTE_TOLERANCE = 1e-7
+#: Not named by Step-TP; these formats are coarser than f16, so they get its bound.
+COARSE_FLOATS = ("bf16", "f8e4m3fn", "f8e5m2")
+
+
+def absolute_tolerance(dtype: str) -> float:
+    if dtype in COARSE_FLOATS:
+        return ABSOLUTE_TOLERANCE["f16"]
+    return ABSOLUTE_TOLERANCE.get(dtype, DEFAULT_ABSOLUTE_TOLERANCE)
+
+
+def compare(actual: np.ndarray, expected: np.ndarray, dtype: str) -> Comparison:
+    """Step-TP's rule, read element-wise: every element is within the
+    relative tolerance or within the dtype's absolute tolerance of the
+    expected one; failing that, the whole tensor passes if its mean squared
+    error is within the MSE tolerance. Equal values (both the same infinity,
+    or both NaN) match exactly. Integer and bool outputs have no rounding to
+    forgive and must be equal."""
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    if actual.shape != expected.shape:
+        return Comparison(False, np.inf, np.inf, np.inf, "", max(actual.size, expected.size))
+    a, e = actual.astype(np.float64).ravel(), expected.astype(np.float64).ravel()
+    same = (a == e) | (np.isnan(a) & np.isnan(e))
+    with np.errstate(all="ignore"):
+        error = np.where(same, 0.0, np.abs(a - e))
+        error = np.where(np.isnan(error), np.inf, error)
+        relative = np.where(same, 0.0, error / np.abs(e))
+    max_abs = float(error.max(initial=0.0))
+    nonzero = (e != 0) & np.isfinite(e)
+    max_rel = float(relative[nonzero].max(initial=0.0))
+    mse = float(np.mean(error ** 2)) if error.size else 0.0
+    if not _is_float(dtype):
+        mismatched = int(np.count_nonzero(~same))
+        return Comparison(mismatched == 0, max_abs, max_rel, mse, "exact" if mismatched == 0 else "", mismatched)
+    within = same | (error <= absolute_tolerance(dtype)) | (relative <= RELATIVE_TOLERANCE)
+    mismatched = int(np.count_nonzero(~within))
+    if mismatched == 0:
+        return Comparison(True, max_abs, max_rel, mse, "elementwise", 0)
+    if mse <= MSE_TOLERANCE:
+        return Comparison(True, max_abs, max_rel, mse, "mse", mismatched)
+    return Comparison(False, max_abs, max_rel, mse, "", mismatched)
+
+
+def _is_float(dtype: str) -> bool:
+    return dtype.startswith(("f", "bf"))
+
+
+# ------------------------------------------------------------ checking
+
+
+def check(analysis: Analysis, seed: int = 0, target: str = "llvm") -> CheckResult:
+    """Run the program with TVM and with the NumPy evaluator on the same
+    random inputs (``random_inputs(analysis, seed)``) and compare every output."""
+    from leir.evaluate import evaluate
+
+    inputs = random_inputs(analysis, seed)
+    result = run(analysis, inputs, target)
+    expected = evaluate(analysis, inputs)
+    comparisons = {}
+    notes = list(result.notes)
+    for t in analysis.outputs():
+        comparisons[t.name] = compare(result.outputs[t.name], expected[t.name], t.dtype)
+        nans = int(np.count_nonzero(np.isnan(expected[t.name].astype(np.float64))))
+        if nans:
+            notes.append(f"{t.name} has {nans} NaN values in the reference: an input outside a function's domain?")
+    return CheckResult(all(c.ok for c in comparisons.values()), target, seed, comparisons, notes)
