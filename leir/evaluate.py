@@ -366,8 +366,8 @@ class _Values:
 
     def call(self, e: A.Call, dtype: str):
         args = e.args
-        if VT.is_cast(e):
-            return convert(self.value(args[0], e.func), dtype)
+        if VT.is_cast(e):  # computed in the cast's dtype, rounded to it, then converted
+            return convert(convert(self.value(args[0], e.func), e.func), dtype)
         if e.func == "if_then_else":
             return np.where(self.condition(args[0], dtype), self.value(args[1], dtype), self.value(args[2], dtype))
         if dtype == "bool":

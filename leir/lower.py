@@ -49,7 +49,12 @@ class LoweringError(LeirError):
 def lower(analysis: Analysis, name: str = "main", *, threads_as_serial: bool = False) -> "tvm.tirx.PrimFunc":
     """The TensorIR ``PrimFunc`` of an analysed program."""
     _require_lowerable(analysis, name)
-    return _Lowering(analysis, threads_as_serial).function(name)
+    try:
+        return _Lowering(analysis, threads_as_serial).function(name)
+    except LeirError:
+        raise
+    except Exception as exc:  # TVM reports its own failures as assorted exception types
+        raise LoweringError(f"TVM rejected the program: {tvm_error_message(exc)}") from exc
 
 
 def to_tvmscript(analysis: Analysis, name: str = "main") -> str:

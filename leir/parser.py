@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from leir import ast as A
 from leir.ast import Span
 from leir.diagnostics import Diagnostic, SourceText, error
-from leir.lexer import Token, tokenize
+from leir.lexer import LOOP_HEADER, SIMPLE_ACCESS, Token, tokenize
 
 RESERVED = frozenset({"in", "out", "tmp", "where", "inf"})
 
@@ -269,6 +269,8 @@ class _Parser:
 
     def _at_loop(self) -> bool:
         tok = self.peek
+        if tok.kind == "loop":
+            return True
         return tok.kind == "ident" and self.peek_at(1).kind == "sup" and self.peek_at(2).kind == "number"
 
     def _closed_by_layout(self, nest_column: int) -> bool:
@@ -388,13 +390,17 @@ class _Parser:
                 what = "'[' or another loop after the loop header" if loops else "'['"
                 self.fail(open_tok.span, "expected-token", f"expected {what}, found {self.describe(open_tok)}")
             self.advance()
-            after = self.trailing_comment()
             if loops:
-                if after is not None:
-                    last = loops[-1]
-                    loops[-1] = replace(last, comments=A.Comments(last.comments.before, after))
+                # The canonical layout prints ``[`` on the last loop's line,
+                # which holds one trailing comment: when the loop header has
+                # its own, a comment after ``[`` goes to the first body item.
+                last = loops[-1]
+                if last.comments.after is None:
+                    after = self.trailing_comment()
+                    if after is not None:
+                        loops[-1] = replace(last, comments=A.Comments(last.comments.before, after))
             else:
-                open_comments = A.Comments(before, after)
+                open_comments = A.Comments(before, self.trailing_comment())
             body: list[A.Item] = []
             attempted = False
             while True:
@@ -443,6 +449,8 @@ class _Parser:
 
     def loop(self) -> A.Loop:
         before = self.take_pending()
+        if self.peek.kind == "loop":
+            return self._loop_header(self.advance(), before)
         kind_tok = self.advance()
         if kind_tok.text not in A.LOOP_KINDS:
             self.report(
@@ -486,12 +494,47 @@ class _Parser:
             A.Comments(before, after),
         )
 
+    def _loop_header(self, tok: Token, before: tuple[str, ...]) -> A.Loop:
+        """A loop from one ``loop`` token (the lexer matched the header)."""
+        m = LOOP_HEADER.fullmatch(tok.text)
+        base = tok.start
+        kind_span, extent_span, var_span = (Span(base + m.start(g), base + m.end(g)) for g in (1, 2, 3))
+        extent = int(m.group(2))
+        if extent <= 0:
+            self.report(extent_span, "bad-extent", "a loop extent must be at least 1")
+        var = m.group(3)
+        if var in RESERVED:
+            self.report(var_span, "reserved-name", f"'{var}' is a reserved word and cannot name a loop variable")
+        after = self.trailing_comment()
+        return A.Loop(m.group(1), extent, var, int(m.group(4)), tok.span, kind_span, extent_span, var_span,
+                      A.Comments(before, after))
+
+    def _simple_access(self, tok: Token) -> tuple[A.Access, int]:
+        """An access from one ``access`` token (the lexer matched it)."""
+        m = SIMPLE_ACCESS.fullmatch(tok.text)
+        base = tok.start
+        name = m.group(1)
+        name_span = Span(base, base + len(name))
+        if name in RESERVED:
+            self.fail(name_span, "reserved-name", f"'{name}' is a reserved word and cannot name a tensor")
+        group = 4 if m.group(4) is not None else 5
+        body = m.group(group)
+        if body is None:
+            return A.Access(name, None, m.group(2), m.group(3), tok.span, name_span), 1
+        indices = []
+        offset = base + m.start(group)
+        for item in body.split(","):
+            span = Span(offset, offset + len(item))
+            indices.append(A.Num(int(item), item, span) if item[0].isdigit() else A.Var(item, span))
+            offset += len(item) + 1
+        return A.Access(name, tuple(indices), m.group(2), m.group(3), tok.span, name_span), 2
+
     def equation(self) -> A.Equation:
         before = self.take_pending()
         tok = self.peek
-        if tok.kind != "ident":
+        if tok.kind != "ident" and tok.kind != "access":
             self.fail(tok.span, "expected-equation", f"expected a declaration, a loop or an equation, found {self.describe(tok)}")
-        if tok.text in self.loop_vars and self.peek_at(1).kind not in ("sup", "sub"):
+        if tok.kind == "ident" and tok.text in self.loop_vars and self.peek_at(1).kind not in ("sup", "sub"):
             self.fail(tok.span, "assign-to-loop-var", f"cannot assign to loop variable '{tok.text}'")
         lhs = self.access()
         if not self.at("="):
@@ -527,6 +570,8 @@ class _Parser:
 
     def _access(self) -> tuple[A.Access, int]:
         name_tok = self.advance()
+        if name_tok.kind == "access":
+            return self._simple_access(name_tok)
         if name_tok.text in RESERVED:
             self.fail(name_tok.span, "reserved-name", f"'{name_tok.text}' is a reserved word and cannot name a tensor")
         end = name_tok.end
@@ -623,6 +668,10 @@ class _Parser:
             end = self.close(tok, ")", "")
             # Spans of parenthesised expressions cover the parentheses.
             return replace(inner, span=Span(tok.start, end)), depth
+        if kind == "access":
+            if index:
+                self.fail(tok.span, "tensor-in-index", f"an index may only use loop variables and integers, not tensor {tok.text}")
+            return self._access()
         if kind == "ident":
             nxt = self.peek_at(1)
             if nxt.kind == "op" and nxt.text == "(":

@@ -70,7 +70,7 @@ class _ExprPrinter:
                 # equal precedence, and so does a unary minus on the left.
                 if lp <= prec:
                     lhs = f"({lhs})"
-                if rp < prec and not isinstance(e.rhs, A.Unary):
+                if rp < prec and rp != A.UNARY_PRECEDENCE:
                     rhs = f"({rhs})"
             else:
                 if lp < prec:
@@ -101,6 +101,10 @@ def _prec(e: A.Expr) -> int:
     if isinstance(e, A.Binary):
         return A.BINARY_PRECEDENCE[e.op]
     if isinstance(e, A.Unary):
+        return A.UNARY_PRECEDENCE
+    if isinstance(e, A.Num) and e.text.startswith("-"):
+        # A negative literal built by a transformation reads back as a
+        # unary minus: (-1)**2 must keep its parentheses.
         return A.UNARY_PRECEDENCE
     return 100
 

@@ -25,6 +25,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from leir import affine
 from leir import ast as A
 from leir.errors import LeirError
 
@@ -57,7 +58,10 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 #: Largest reduction iteration space enumerated to prove where an init fires.
 _MAX_ENUMERATED = 1 << 16
 
-_DATA_PAR, _COMM_REDUCE = 0, 2  # tvm IterVar types
+_COMM_REDUCE = 2  # the IterVar type of a reduction block iterator
+#: tvm.tirx.ForKind -> LEIR loop kind.
+_LOOP_KIND = {0: "L", 1: "P", 2: "V", 3: "U", 4: "B"}
+_THREAD_BINDING = 4
 
 
 class RaiseError(LeirError):
@@ -65,7 +69,7 @@ class RaiseError(LeirError):
 
 
 def raise_func(func) -> A.Program:
-    """The LEIR program that computes what ``func`` (a ``tvm.tir.PrimFunc``)
+    """The LEIR program that computes what ``func`` (a ``tvm.tirx.PrimFunc``)
     computes. Raises ``RaiseError`` for constructs LEIR cannot express."""
     return _Raiser(func).run()
 
@@ -132,6 +136,10 @@ def _num(value: int | float, dtype: str) -> A.Expr:
             import numpy as np
 
             text = str(np.float32(magnitude) if dtype == "float32" else np.float16(magnitude))
+            if float(text) > float(np.finfo(dtype).max):
+                # TVM refuses a literal above the type's maximum even when it
+                # rounds down to it: write the maximum exactly.
+                text = repr(magnitude)
         else:
             text = repr(magnitude)  # the literal as written (0.7071067811865476)
         if text.isdigit():
@@ -157,6 +165,19 @@ def _conjoin(parts: list[A.Expr]) -> A.Expr | None:
     for p in parts:
         out = p if out is None else A.Binary("&", out, p)
     return out
+
+
+def _replace(expr: A.Expr, target: A.Expr, new: A.Expr) -> A.Expr:
+    """``expr`` with the node ``target`` (by identity) replaced by ``new``."""
+    if expr is target:
+        return new
+    if isinstance(expr, A.Unary):
+        return A.Unary(expr.op, _replace(expr.operand, target, new))
+    if isinstance(expr, A.Binary):
+        return A.Binary(expr.op, _replace(expr.lhs, target, new), _replace(expr.rhs, target, new))
+    if isinstance(expr, A.Call):
+        return A.Call(expr.func, tuple(_replace(a, target, new) for a in expr.args))
+    return expr
 
 
 def _vars(expr: A.Expr) -> frozenset[str]:
@@ -199,13 +220,18 @@ def _eval_index(expr: A.Expr, env: dict):
     return None
 
 
-def _identity(combiner: str, dtype: str) -> int | float:
-    """The combiner's identity, which LEIR implies as the initial value."""
-    if dtype.startswith(("int", "uint")):
-        bits = int(re.sub(r"\D", "", dtype))
-        lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if dtype.startswith("int") else (0, (1 << bits) - 1)
-        return {"sum": 0, "prod": 1, "max": lo, "min": hi}[combiner]
-    return {"sum": 0.0, "prod": 1.0, "max": -math.inf, "min": math.inf}[combiner]
+def _identity(combiner: str, dtype: str) -> int | float | bool:
+    """The initial value LEIR implies for a reduction into ``dtype`` (a
+    LEIR dtype), as leir.lower writes it."""
+    import numpy as np
+
+    from leir import value_types as VT
+
+    lo = hi = 0
+    if VT.is_integer_dtype(dtype):
+        info = np.iinfo(A.DTYPES[dtype]) if dtype not in ("i4", "u4") else None
+        lo, hi = (info.min, info.max) if info else ((-8, 7) if dtype == "i4" else (0, 15))
+    return VT.reduction_identity(combiner, dtype, int(lo), int(hi))
 
 
 # ------------------------------------------------------------------ raising
@@ -265,7 +291,7 @@ class _Raiser:
         self.thread_names = self.bound_threads(body)
         self.declare_params()
         self.collect(body)
-        if _kind(body) == "SBlockRealize" and not body.block.iter_vars:
+        if _kind(body) == "SBlockRealize" and not body.block.iter_vars and body.block.init is None:
             root = body.block
             self.check_block_shell(root)
             body = root.body
@@ -282,7 +308,18 @@ class _Raiser:
                 units.append(A.Nest((), (item,), bracketed=False))
         if not units:
             raise RaiseError("the function computes nothing (no block writes a buffer)")
-        return A.Program(decls, tuple(units))
+        program = A.Program(decls, tuple(units))
+        self.check_valid(program)
+        return program
+
+    def check_valid(self, program: A.Program) -> None:
+        """What LEIR's analysis rejects (a thread loop whose iterations all
+        write one element, ...) is not a program to hand back."""
+        from leir.semantics import analyze
+
+        errors = [d for d in analyze(program).diagnostics if d.is_error]
+        if errors:
+            raise RaiseError(f"the function raises to LEIR that is not valid: {errors[0].message}")
 
     # -------------------------------------------------------- declarations
 
@@ -290,7 +327,7 @@ class _Raiser:
         """LEIR names of the thread axes loops are bound to."""
         names = set()
         for s in _statements(body):
-            if _kind(s) == "For" and int(s.kind) == 4:
+            if _kind(s) == "For" and int(s.kind) == _THREAD_BINDING:
                 tag = str(s.thread_binding.thread_tag) if s.thread_binding is not None else ""
                 if tag not in _THREAD_NAME:
                     raise RaiseError(f"loop {s.loop_var.name} is bound to {tag or 'an unnamed thread'}; "
@@ -381,21 +418,20 @@ class _Raiser:
         raise RaiseError(f"T.evaluate({s.value}) has side effects LEIR cannot express")
 
     def stmt_For(self, s) -> None:
-        kind = int(s.kind)
+        letter = _LOOP_KIND.get(int(s.kind))
+        if letter is None:
+            raise RaiseError(f"loop {s.loop_var.name} has a kind ({s.kind}) LEIR does not have")
         extent = _int(s.extent, f"the extent of loop {s.loop_var.name}")
         start = _int(s.min, f"the start of loop {s.loop_var.name}")
         if s.step is not None and not (_kind(s.step) == "IntImm" and int(s.step.value) == 1):
             raise RaiseError(f"loop {s.loop_var.name} has step {s.step}; LEIR loops step by 1")
         taken = set(self.scope_names) | {t.name for t in self.tensors.values()}
-        if kind == 4:
+        if letter == "B":
             name = _THREAD_NAME[str(s.thread_binding.thread_tag)]
             if name in self.scope_names:
-                raise RaiseError(f"loop {s.loop_var.name} binds {s.thread_binding.thread_tag} inside a loop already bound to it")
-            letter = "B"
+                raise RaiseError(f"loop {s.loop_var.name} binds {s.thread_binding.thread_tag} inside a loop already bound to it "
+                                 f"(threads sharing work, with an implied barrier); LEIR runs every loop in order")
         else:
-            letter = {0: "L", 1: "P", 2: "V", 3: "U"}.get(kind)
-            if letter is None:
-                raise RaiseError(f"loop {s.loop_var.name} has a kind ({s.kind}) LEIR does not have")
             name = _fresh(str(s.loop_var.name), taken | self.thread_names)
         node = _LoopNode(A.Loop(letter, extent, name, start))
         self.env[s.loop_var] = A.Var(name)
@@ -446,19 +482,44 @@ class _Raiser:
                 raise RaiseError(f"block {block.name_hint!r} has predicate False and never runs")
             self.guard.append((pred, False, f"the predicate of block {block.name_hint!r}"))
         try:
-            if block.init is not None:
-                self.reduction(s)
-            else:
-                self.frames.append(_Frame(s, None, self.frames[-1].items))
-                try:
-                    self.stmt(block.body)
-                finally:
-                    self.frames.pop()
+            fire = self.init_condition(block) if block.init is not None else []
+            if block.init is not None and _kind(block.body) == "BufferStore" and _kind(block.init) == "BufferStore":
+                self.reduction(s, fire)
+                return
+            self.frames.append(_Frame(s, None, self.frames[-1].items))
+            try:
+                if block.init is not None:
+                    # A blockized reduction: its init is a statement of its
+                    # own, run where TVM runs it, before the body.
+                    self.guard += [(c, False, None) for c in fire]
+                    self.stmt(block.init)
+                    del self.guard[len(self.guard) - len(fire):]
+                self.stmt(block.body)
+            finally:
+                self.frames.pop()
         finally:
             self.guard = saved_guard
 
+    def init_condition(self, block) -> list[A.Expr]:
+        """Where TVM runs a block's init: every reduction iterator at its
+        start (conjuncts; those always true are left out)."""
+        loops = [f.node.loop for f in self.frames if f.node is not None]
+        fire = []
+        for iv in block.iter_vars:
+            if int(iv.iter_type) != _COMM_REDUCE:
+                continue
+            binding = self.env[iv.var]
+            for loop in loops:
+                if loop.var in _vars(binding) and loop.kind in ("P", "V", "B"):
+                    raise RaiseError(f"block {block.name_hint!r} reduces across {_KIND_NAME[loop.kind]} loop {loop.var} "
+                                     f"(a cross-thread reduction); LEIR reductions run over serial loops")
+            cond = A.Binary("==", binding, _num(_int(iv.dom.min, "a block iterator's start"), "int64"))
+            if _eval_index(cond, {}) is not True:
+                fire.append(cond)
+        return fire
+
     def stmt_BufferStore(self, s) -> None:
-        self.emit(self.equation(s, allow_self_read=False))
+        self.emit_all(self.equations(s, allow_self_read=False))
 
     # ---------------------------------------------------------- equations
 
@@ -469,14 +530,40 @@ class _Raiser:
         indices = tuple(self.index(i, f"an index of {t.name}") for i in s.indices)
         return A.Access(t.name, indices if t.shape else None)
 
-    def equation(self, s, *, allow_self_read: bool, guard: list[A.Expr] | None = None) -> A.Equation:
+    def equations(self, s, *, allow_self_read: bool, guard: list[A.Expr] | None = None) -> list[A.Equation]:
+        """The equation(s) of a buffer store under the current guard (or
+        ``guard``): one, or one per branch of a padding ``if_then_else``."""
         lhs = self.store_target(s)
-        t = self.tensor(s.buffer)
-        rhs = self.value(s.value, A.DTYPES[t.dtype])
-        predicate = _conjoin(self.guards(A.DTYPES[t.dtype]) if guard is None else guard)
-        reads = [n for n in A.walk(rhs) if isinstance(n, A.Access)]
-        if predicate is not None:
-            reads += [n for n in A.walk(predicate) if isinstance(n, A.Access)]
+        dtype = A.DTYPES[self.tensor(s.buffer).dtype]
+        rhs = self.value(s.value, dtype)
+        conjuncts = self.guards(dtype) if guard is None else guard
+        loops = [f.node.loop for f in self.frames if f.node is not None]
+        out = []
+        for part, part_guard in self.split_padding(rhs, conjuncts, loops):
+            eq = A.Equation(lhs, part, _conjoin(part_guard))
+            self.check_reads(eq, allow_self_read)
+            out.append(eq)
+        self.written.add(lhs.tensor)
+        return out
+
+    def equation(self, s, *, allow_self_read: bool, guard: list[A.Expr] | None = None) -> A.Equation:
+        eqs = self.equations(s, allow_self_read=allow_self_read, guard=guard)
+        if len(eqs) != 1:
+            raise RaiseError("an init reads out of bounds in an if_then_else branch; LEIR cannot guard it")
+        return eqs[0]
+
+    def emit_all(self, eqs: list[A.Equation]) -> None:
+        for eq in eqs:
+            self.emit(eq)
+
+    def check_reads(self, eq: A.Equation, allow_self_read: bool) -> None:
+        """Every tensor read was written before, unless it is an input (LEIR
+        programs start from their inputs; TVM would read what the caller
+        left in an output, or uninitialised memory)."""
+        lhs = eq.lhs
+        reads = [n for n in A.walk(eq.rhs) if isinstance(n, A.Access)]
+        if eq.predicate is not None:
+            reads += [n for n in A.walk(eq.predicate) if isinstance(n, A.Access)]
         for r in reads:
             if self.role(r.tensor) == "in" or r.tensor in self.written:
                 continue
@@ -485,22 +572,50 @@ class _Raiser:
             what = "an output's incoming value" if self.role(r.tensor) == "out" else "memory no block has written"
             raise RaiseError(f"{lhs.tensor} = ... reads {r.tensor} before any block writes it ({what}); "
                              f"LEIR programs start from their inputs only")
-        self.written.add(lhs.tensor)
-        return A.Equation(lhs, rhs, predicate)
+
+    def split_padding(self, rhs: A.Expr, guard: list[A.Expr], loops: list[A.Loop]) -> list[tuple[A.Expr, list[A.Expr]]]:
+        """``rhs`` under ``guard``, split on each ``if_then_else`` over loop
+        variables whose branch reads outside a tensor (padding): TVM only
+        evaluates the branch taken, and LEIR says so with ``where``, which
+        its bounds check respects. Exact: each part is the right-hand side
+        with the if_then_else replaced by one branch, guarded by its
+        condition or its negation."""
+        ranges = affine.loop_ranges(loops)
+        for node in A.walk(rhs):
+            if not (isinstance(node, A.Call) and node.func == "if_then_else" and len(node.args) == 3):
+                continue
+            cond, then, other = node.args
+            if any(isinstance(n, A.Access) for n in A.walk(cond)) or not _vars(cond) <= ranges.keys():
+                continue
+            if not (self.out_of_bounds(then, ranges) or self.out_of_bounds(other, ranges)):
+                continue
+            return (self.split_padding(_replace(rhs, node, then), guard + [cond], loops)
+                    + self.split_padding(_replace(rhs, node, other), guard + [A.Unary("!", cond)], loops))
+        return [(rhs, guard)]
+
+    def out_of_bounds(self, expr: A.Expr, ranges: dict) -> bool:
+        """Whether a read in ``expr`` may index outside its tensor (what
+        LEIR's analysis reports for an unguarded equation)."""
+        shapes = {t.name: t.shape for t in self.tensors.values()}
+        for node in A.walk(expr):
+            if not isinstance(node, A.Access) or node.indices is None:
+                continue
+            for index, extent in zip(node.indices, shapes[node.tensor]):
+                b = affine.bounds(index, ranges) if _vars(index) <= ranges.keys() else None
+                if b is not None and (b[0] < 0 or b[1] >= extent):
+                    return True
+        return False
 
     def role(self, name: str) -> str:
         return next(t.role for t in self.tensors.values() if t.name == name)
 
-    def reduction(self, realize) -> None:
+    def reduction(self, realize, fire: list[A.Expr]) -> None:
         """A block with ``T.init``: one LEIR reduction when its implied init
         means the same, else an explicit init equation and an update."""
         from leir.semantics import reduction_shape
 
         block = realize.block
-        name = block.name_hint
         init, body = block.init, block.body
-        if _kind(body) != "BufferStore" or _kind(init) != "BufferStore":
-            raise RaiseError(f"block {name!r} has T.init but its body or init is not a single buffer store")
         t = self.tensor(body.buffer)
         dtype = A.DTYPES[t.dtype]
         lhs = self.store_target(body)
@@ -508,16 +623,6 @@ class _Raiser:
         loops = [f.node.loop for f in self.frames if f.node is not None]
         spatial = frozenset().union(*map(_vars, lhs.indices or ()))
         reduce_loops = [l for l in loops if l.var not in spatial]
-        reduce_iters = [iv for iv in block.iter_vars if int(iv.iter_type) == _COMM_REDUCE]
-        for iv in reduce_iters:
-            for loop in loops:
-                if loop.var in _vars(self.env[iv.var]) and loop.kind in ("P", "V", "B"):
-                    raise RaiseError(f"block {name!r} reduces across {_KIND_NAME[loop.kind]} loop {loop.var} "
-                                     f"(a cross-thread reduction); LEIR reductions run over serial loops")
-        # TVM runs the init where every reduction iterator is at its start.
-        fire = [A.Binary("==", self.env[iv.var], _num(_int(iv.dom.min, "a block iterator's start"), "int64"))
-                for iv in reduce_iters]
-
         if self.store_target(init) == lhs and self.fires_first_only(reduce_loops, fire, outer):
             # 1. Implied init: LEIR starts a reduction (first write, combiner
             #    shape) with the combiner's identity at the first iteration
@@ -527,7 +632,8 @@ class _Raiser:
             init_value = init.value
             if (combiner is not None and lhs.tensor not in self.written
                     and _kind(init_value) in ("IntImm", "FloatImm")
-                    and float(init_value.value) == float(_identity(combiner, dtype))):
+                    and float(init_value.value) == float(_identity(combiner, t.dtype))
+                    and len(self.split_padding(rhs, outer, loops)) == 1):
                 self.emit(self.equation(body, allow_self_read=True))
                 return
             # 2. Explicit init just before the outermost reduction loop (what
@@ -542,12 +648,12 @@ class _Raiser:
                 for loop in reversed(spatial_inside):
                     item = _LoopNode(loop, [item])
                 frame.items.append(item)
-                self.emit(self.equation(body, allow_self_read=False))
+                self.emit_all(self.equations(body, allow_self_read=False))
                 return
 
         # 3. Explicit init in place, guarded to where TVM runs it.
         self.emit(self.equation(init, allow_self_read=False, guard=outer + fire))
-        self.emit(self.equation(body, allow_self_read=False))
+        self.emit_all(self.equations(body, allow_self_read=False))
 
     def init_placement(self, realize, reduce_loops, lhs, rhs, init) -> tuple[_Frame, list[A.Loop]] | None:
         """Where an explicit init can run once before its reduction: the
@@ -631,7 +737,7 @@ class _Raiser:
         that computes in ``dtype``."""
         out = []
         for expr, negate, what in self.guard:
-            cond = self.value(expr, dtype, what)
+            cond = expr if what is None else self.value(expr, dtype, what)  # what is None: LEIR already
             out += [A.Unary("!", cond)] if negate else _conjuncts(cond)
         return out
 

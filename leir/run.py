@@ -98,30 +98,41 @@ def run(analysis: Analysis, inputs: dict[str, np.ndarray], target: str = "llvm")
     """Build the program for ``target`` ("llvm": this CPU, "cuda": this
     machine's GPU) and run it on ``inputs``; outputs start zeroed. Raises
     ``InputError``, ``LoweringError``, ``BuildError`` or ``RunError``."""
-    import tvm
-
     if target not in TARGETS:
         raise RunError(f"unknown target {target!r}: expected one of {', '.join(TARGETS)}")
     arrays = check_inputs(analysis, inputs)
-    notes: list[str] = []
+    _require_transferable(analysis)
+    func, tvm_target, device, notes = _lowered_for(analysis, target)
+    module = _loaded(build(func, tvm_target))
+    return RunResult(_call(module, analysis, arrays, device), target, notes)
+
+
+def _lowered_for(analysis: Analysis, target: str):
+    """The function, TVM target, device and notes for running on ``target``."""
+    import tvm
+
     if target == "llvm":
         threads = thread_loops(analysis)
-        if threads:
-            notes.append(f"thread-bound loops {', '.join(threads)} were run as serial loops on the CPU")
-        func = lower(analysis, threads_as_serial=bool(threads))
-        device, tvm_target = tvm.cpu(0), host_target()
-    else:
-        tvm_target = cuda_target()
-        if tvm_target is None:
-            raise RunError("no CUDA GPU is available on this machine")
-        problems = gpu_problems(analysis)
-        if problems:
-            raise BuildError(problems[0])
-        func = lower(analysis)
-        device = tvm.cuda(0)
-    module = _loaded(build(func, tvm_target))
-    outputs = _call(module, analysis, arrays, device)
-    return RunResult(outputs, target, notes)
+        notes = [f"thread-bound loops {', '.join(threads)} were run as serial loops on the CPU"] if threads else []
+        return lower(analysis, threads_as_serial=bool(threads)), host_target(), tvm.cpu(0), notes
+    tvm_target = cuda_target()
+    if tvm_target is None:
+        raise RunError("no CUDA GPU is available on this machine")
+    problems = gpu_problems(analysis)
+    if problems:
+        raise BuildError(problems[0])
+    return lower(analysis), tvm_target, tvm.cuda(0), []
+
+
+#: Dtypes TVM packs two to a byte, which NumPy (ml_dtypes) stores one per byte.
+PACKED_DTYPES = ("i4", "u4")
+
+
+def _require_transferable(analysis: Analysis) -> None:
+    for t in analysis.tensors.values():
+        if t.role != "tmp" and t.dtype in PACKED_DTYPES:
+            raise RunError(f"{t.name} is {t.dtype}: TVM packs {t.dtype} two to a byte and cannot take it from NumPy; "
+                           f"the evaluator (leir.evaluate) can run it")
 
 
 def _loaded(executable) -> object:
@@ -218,4 +229,7 @@ def check(analysis: Analysis, seed: int = 0, target: str = "llvm") -> CheckResul
         nans = int(np.count_nonzero(np.isnan(expected[t.name].astype(np.float64))))
         if nans:
             notes.append(f"{t.name} has {nans} NaN values in the reference: an input outside a function's domain?")
-    return CheckResult(all(c.ok for c in comparisons.values()), target, seed, comparisons, notes)
+    if not comparisons:
+        notes.append("the program has no outputs, so nothing was compared")
+    ok = bool(comparisons) and all(c.ok for c in comparisons.values())
+    return CheckResult(ok, target, seed, comparisons, notes)

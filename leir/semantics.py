@@ -329,7 +329,7 @@ class _Analyzer:
         """Shadowing, thread axes and launch limits, vector loop placement,
         and equations left on the host of a GPU program."""
 
-        def visit(nest: A.Nest, outer: dict[str, A.Loop], kernel: list[A.Loop] | None,
+        def visit(nest: A.Nest, outer: dict[str, A.Loop], kernel: list[A.Loop] | None, bound: bool,
                   vector_loops: list[A.Loop]) -> None:
             scope = dict(outer)
             vector_loops = list(vector_loops)
@@ -340,6 +340,7 @@ class _Analyzer:
                                       f"loop variable {loop.var} is already bound by an enclosing loop",
                                       Related(scope[loop.var].var_span or _NO_SPAN, "bound here")))
                 if loop.kind == "B":
+                    bound = True
                     if loop.var not in A.THREAD_AXES:
                         self.report(error(span, "bad-thread-axis",
                                           f"a B loop's variable names its thread axis: one of {', '.join(A.THREAD_AXES)}, not {loop.var}"))
@@ -357,8 +358,8 @@ class _Analyzer:
                 scope[loop.var] = loop
             for item in nest.body:
                 if isinstance(item, A.Nest):
-                    visit(item, scope, kernel, vector_loops)
-                elif kernel is None and self.has_thread_loops:
+                    visit(item, scope, kernel, bound, vector_loops)
+                elif not bound and self.has_thread_loops:
                     self.report(warning(item.lhs.span or _NO_SPAN, "unbound-on-gpu",
                                         f"this equation is under no B loop, but the program binds loops to GPU threads: "
                                         f"TVM runs it on the host, which cannot write {item.lhs.tensor} in device memory; "
@@ -366,7 +367,7 @@ class _Analyzer:
 
         kernels: list[list[A.Loop]] = []
         for unit in self.program.units:
-            visit(unit, {}, None, [])
+            visit(unit, {}, None, False, [])
         for kernel in kernels:
             self.check_kernel(kernel)
 
