@@ -323,7 +323,9 @@ class _Parser:
             self.report(dtype_tok.span, "unknown-dtype", f"unknown dtype '{dtype_tok.text}'; expected one of {', '.join(A.DTYPES)}")
         shape: list[int] = []
         end = dtype_tok.end
-        if self.at("["):
+        # ``tmp S: f32`` followed by a body ``[ ... ];`` is a scalar and a
+        # nest: a shape starts with an extent, a body never does.
+        if self.at("[") and self.peek_at(1).kind == "number":
             self.advance()
             while True:
                 dim = self.peek

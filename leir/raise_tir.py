@@ -1,21 +1,29 @@
 """TensorIR -> LEIR: raise a TVM ``PrimFunc`` (written by hand, printed by
-TVM, or the result of schedule primitives) back to a LEIR ``Program``.
+TVM, generated from tensor expressions, or the result of schedule
+primitives) back to a LEIR ``Program``.
 
-Every block becomes one equation whose indices are over loop variables (the
-block's iteration-variable bindings are substituted in), every loop a LEIR
-loop of the same kind, and the statement order is kept. Buffers become
-declarations: a parameter that is written is ``out``, one only read is
-``in``, an allocated buffer is ``tmp`` in its storage scope.
+Every block becomes an equation whose indices are over loop variables (the
+block's iterator bindings are substituted in), every loop a LEIR loop of the
+same kind (a thread-bound loop is named after its axis: ``bx``, ``tx``...),
+and statement order is kept. Buffers become declarations: a parameter that
+is written is ``out``, one only read is ``in``, an allocated buffer is
+``tmp`` in its storage scope. Values follow LEIR's typing rules
+(leir/value_types.py), so ``T.Cast("float32", a*b)`` with ``a*b`` in f16 is
+``f16(a*b)``: computed in f16, then converted.
 
-A block's ``T.init`` becomes LEIR's implied initial value when that is
-exactly what it means (identity of the combiner, first write of the tensor,
-init firing once per element at the first reduction iteration). Otherwise
-the init becomes its own equation: before the reduction loops when they are
-the innermost loops around the block (what ``decompose_reduction`` writes),
-else guarded by ``where`` to the iterations where TVM runs it.
+A block's ``T.init`` becomes LEIR's implied initial value when that is what
+it means: the combiner's identity, the tensor's first write, and an init
+that TVM runs exactly at the first iteration of the loops the written index
+does not use. Otherwise the init is an equation of its own: before the
+outermost reduction loop when the loops down to the block hold nothing else
+(what ``decompose_reduction`` writes), else in place, guarded by ``where``
+to the iterations where TVM runs it. An ``if_then_else`` whose untaken
+branch reads outside a tensor (padding) becomes one guarded equation per
+branch, which LEIR's bounds check accepts.
 
 What LEIR cannot say raises ``RaiseError`` naming the construct; the raiser
-never returns a program that means something else than the function.
+never returns a program that means something else than the function, nor
+one that LEIR's analysis rejects.
 """
 
 from __future__ import annotations
@@ -218,6 +226,49 @@ def _eval_index(expr: A.Expr, env: dict):
             return None
         return np.maximum(a, b) if expr.func == "max" else np.minimum(a, b)
     return None
+
+
+def _injective(access: A.Access, loops: list[A.Loop]) -> bool:
+    """Whether distinct iterations of the loops ``access`` uses write
+    distinct elements (proved by mixed radix for affine indices, else by
+    enumeration when small); False when not proved."""
+    import numpy as np
+
+    used = [l for l in loops if any(l.var in _vars(i) for i in access.indices or ())]
+    extents = {l.var: l.extent for l in used}
+    forms = [affine.linearize(i) for i in access.indices or ()]
+    if all(f is not None for f in forms):
+        seen: set[str] = set()
+        ok = True
+        for form in forms:
+            if form.variables & seen:
+                ok = False
+                break
+            seen |= form.variables
+            reach = 0  # the largest sum the smaller terms can make
+            for var, coeff in sorted(form.coeffs, key=lambda vc: abs(vc[1])):
+                if abs(coeff) <= reach:
+                    ok = False
+                    break
+                reach += abs(coeff) * (extents[var] - 1)
+        if ok:
+            return True
+    size = 1
+    for l in used:
+        size *= l.extent
+    if size > _MAX_ENUMERATED * 16:
+        return False
+    grids = np.meshgrid(*[np.arange(l.start, l.start + l.extent) for l in used], indexing="ij")
+    env = {l.var: g.ravel() for l, g in zip(used, grids)}
+    columns = []
+    for index in access.indices or ():
+        v = _eval_index(index, env)
+        if v is None:
+            return False
+        columns.append(np.broadcast_to(np.asarray(v), (size,)))
+    if not columns:
+        return size == 1
+    return len(np.unique(np.stack(columns, axis=1), axis=0)) == size
 
 
 def _identity(combiner: str, dtype: str) -> int | float | bool:
@@ -630,7 +681,7 @@ class _Raiser:
             rhs = self.value(body.value, dtype)
             combiner, _ = reduction_shape(A.Equation(lhs, rhs))
             init_value = init.value
-            if (combiner is not None and lhs.tensor not in self.written
+            if (combiner is not None and lhs.tensor not in self.written and _injective(lhs, loops)
                     and _kind(init_value) in ("IntImm", "FloatImm")
                     and float(init_value.value) == float(_identity(combiner, t.dtype))
                     and len(self.split_padding(rhs, outer, loops)) == 1):
@@ -684,6 +735,8 @@ class _Raiser:
             self_reads = [n for n in A.walk(rhs) if isinstance(n, A.Access) and n.tensor == lhs.tensor]
             if any(r.tensor == lhs.tensor for r in init_reads) or any(r != lhs for r in self_reads):
                 return None
+            if not _injective(lhs, [f.node.loop for f in self.frames if f.node is not None]):
+                return None  # TVM re-runs the init between iterations writing one element
         return self.frames[k], spatial_inside
 
     def fires_first_only(self, reduce_loops: list[A.Loop], fire: list[A.Expr], guard: list[A.Expr]) -> bool:

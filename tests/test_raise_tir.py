@@ -260,6 +260,30 @@ L^{3}_{r=0}
 """
 
 
+@T.prim_func(s_tir=True)
+def rowsum_overwritten(A: T.Buffer((8, 4), "float32"), C: T.Buffer((4,), "float32")):
+    # Rows 2c and 2c+1 both reduce into C[c]; TVM restarts C[c] for the
+    # second, so only the odd rows count. An implied init would keep both.
+    for i, k in T.grid(8, 4):
+        with T.sblock("C"):
+            vi, vk = T.axis.remap("SR", [i, k])
+            with T.init():
+                C[vi // 2] = T.float32(0)
+            C[vi // 2] = C[vi // 2] + A[vi, vk]
+
+
+ROWSUM_OVERWRITTEN = """\
+in  A: f32[8,4]
+out C: f32[4]
+
+L^{8}_{i=0} [
+  C_{i//2} = 0.0;
+  L^{4}_{k=0} [
+    C_{i//2} = C_{i//2} + A_{i,k};
+  ];
+];
+"""
+
 x = T.float32()  # the variable of the T.Let below (TVMScript looks it up here)
 
 
@@ -272,6 +296,7 @@ def mixed_types(N: T.Buffer((16,), "int32"), H: T.Buffer((16,), "float16"), F: T
             F[vi] = (T.Cast("float32", T.abs(N[vi]) + T.truncdiv(N[vi], 3)) + T.Cast("float32", H[vi] * H[vi])
                      + T.Select(H[vi] > T.float16(0.1), -T.Cast("float32", H[vi]), T.float32(1e-5))
                      + T.Let(x * x, where={x: T.Cast("float32", vi)}))
+
 
 MIXED_TYPES = """\
 in  N: i32[16]
@@ -337,6 +362,7 @@ PAIRS = {
     "rowsum_from_one": (rowsum_from_one, ROWSUM_FROM_ONE),
     "rowsum_reduction_outer": (rowsum_reduction_outer, ROWSUM_REDUCTION_OUTER),
     "rowsum_recomputed": (rowsum_recomputed, ROWSUM_RECOMPUTED),
+    "rowsum_overwritten": (rowsum_overwritten, ROWSUM_OVERWRITTEN),
     "mixed_types": (mixed_types, MIXED_TYPES),
     "padded_conv": (padded_conv, PADDED_CONV),
     "if_statement": (if_statement, IF_STATEMENT),
@@ -899,9 +925,33 @@ def test_lower_of_raise_computes_the_same(name):
     _assert_close(run(analysis, inputs).outputs, expected)
 
 
+def _te_workloads():
+    from tvm import te
+    from tvm.s_tir.meta_schedule.testing import te_workload as W
+
+    return {
+        "conv2d_padded": W.conv2d_nhwc(1, 8, 8, 4, 8, 3, padding=1),
+        "conv2d_bn_relu": W.conv2d_nhwc_bn_relu(1, 8, 8, 4, 8, 3, 1, 1),
+        "max_pool2d": W.max_pool2d_nchw(1, 4, 8, 8, padding=1),
+        "norm": W.norm_bmn(1, 16, 16),
+    }, te.create_prim_func
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["conv2d_padded", "conv2d_bn_relu", "max_pool2d", "norm"])
+def test_te_generated_function_raises_and_computes_the_same(name):
+    """TensorIR as TVM generates it from tensor expressions (padding,
+    min_value inits, fused epilogues)."""
+    workloads, create_prim_func = _te_workloads()
+    func = create_prim_func(list(workloads[name]))
+    analysis = _check_raised(raise_func(func))
+    inputs = {k: np.abs(v) + 0.5 for k, v in _inputs(func).items()}  # norms and variances are positive
+    _assert_close(run(analysis, inputs).outputs, _run(func, inputs))
+
+
 # The NumPy evaluator is LEIR's reference semantics: inits placed, guarded
 # or implied must mean there what TVM computed.
-@pytest.mark.parametrize("name", ["rowsum_from_one", "rowsum_reduction_outer", "rowsum_recomputed",
+@pytest.mark.parametrize("name", ["rowsum_from_one", "rowsum_reduction_outer", "rowsum_recomputed", "rowsum_overwritten",
                                   "decompose_reduction", "rfactor", "softmax_imperfect_reduction",
                                   "softmax_min_value_decompose", "softmax_recomputed", "blockize",
                                   "pad_einsum", "padded_conv", "if_statement", "mixed_types"])
