@@ -63,6 +63,8 @@ class Affine:
 def linearize(expr: A.Expr) -> Affine | None:
     """The affine form of an integer index expression, or None when it is
     not affine (``//``, ``%``, products of variables, calls...)."""
+    if type(expr) is A.Var:  # most indices: one loop variable
+        return Affine(((expr.name, 1),), 0)
     form = _lin(expr)
     if form is None:
         return None
@@ -141,6 +143,9 @@ def loop_ranges(loops: tuple[A.Loop, ...] | list[A.Loop]) -> dict[str, Range]:
 
 
 def index_vars(expr: A.Expr) -> frozenset[str]:
+    """The loop variables an expression names."""
+    if type(expr) is A.Var:
+        return frozenset((expr.name,))
     names = set()
     stack = [expr]
     while stack:
@@ -280,6 +285,16 @@ class Space:
         flattened."""
         np = _numpy()
         return np.broadcast_to(values, self.shape).reshape(-1)
+
+    def affine_values(self, form: Affine, fixed: dict[str, int]):
+        """The values of an affine form over the space, with the variables
+        outside it held at their ``fixed`` values (0 if not given)."""
+        np = _numpy()
+        values = np.int64(form.const)
+        for var, c in form.coeffs:
+            axis = self.axes.get(var)
+            values = values + c * (axis if axis is not None else fixed.get(var, 0))
+        return values
 
     def evaluate(self, expr: A.Expr):
         """The values of an integer or boolean expression over the space

@@ -56,6 +56,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernel", help="which kernel of a Python file with several")
     p.add_argument("--no-check", action="store_true", help="skip the comparison with the numpy reference")
     p.set_defaults(handler=cmd_run)
+
+    p = sub.add_parser("actions", help="list the transformation steps that apply (JSON with --json)")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--at", metavar="LINE:COL", help="only steps that apply at this position (1-based)")
+    p.add_argument("--json", action="store_true", help="print a JSON list of {id, title, args, range}")
+    p.set_defaults(handler=cmd_actions)
+
+    p = sub.add_parser("apply", help="apply one step and print (or --write) the new program")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--step", required=True, metavar="JSON", help="one element of `leir actions --json`, or - for stdin")
+    p.add_argument("--verify", action="store_true", help="run before and after on random inputs and compare")
+    p.add_argument("--write", action="store_true", help="rewrite the file in place")
+    p.set_defaults(handler=cmd_apply)
+
+    p = sub.add_parser("replay", help="apply a trace of steps (a JSON list) and print the result")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("trace", metavar="TRACE.json")
+    p.add_argument("--write", action="store_true", help="rewrite the file in place")
+    p.set_defaults(handler=cmd_replay)
     return parser
 
 
@@ -219,6 +238,134 @@ def cmd_run(args) -> int:
             arr = np.asarray(result.outputs[t.name])
             print(f"{t.name}: {t.dtype}{list(arr.shape)} sum={float(arr.astype(np.float64).sum()):.6g}")
     return status
+
+
+# ----------------------------------------------------- transformations
+
+
+def _transformable(path: str):
+    from leir.document import language_of, load_leir, read_text
+
+    if language_of(path) != "leir":
+        raise LeirError(f"{path}: transformations of Python/TVMScript files are not available from the CLI yet; "
+                        f"convert the kernel with `leir convert {path} --to leir` first")
+    text = read_text(path)
+    doc = load_leir(text)
+    for d in doc.diagnostics:
+        if d.is_error:
+            raise LeirError(f"{path}:{doc.source.format_location(d.span)}: error: {d.message}")
+    return doc
+
+
+def _position(doc, at: str) -> int:
+    try:
+        line_text, col_text = at.split(":")
+        line, col = int(line_text), int(col_text)
+    except ValueError:
+        raise LeirError(f"--at {at}: expected LINE:COL, e.g. 12:5") from None
+    if not (1 <= line <= doc.source.line_count) or col < 1:
+        raise LeirError(f"--at {at}: the file has {doc.source.line_count} lines")
+    return doc.source.offset(line - 1, col - 1)
+
+
+def cmd_actions(args) -> int:
+    import json
+
+    from leir import transforms
+
+    doc = _transformable(args.file)
+    at = _position(doc, args.at) if args.at else None
+    found = transforms.candidates(doc.analysis, at)
+    if args.json:
+        print(json.dumps([c.to_json(doc.source) for c in found], indent=1))
+    else:
+        for c in found:
+            where = doc.source.format_location(c.span) if c.span else "-"
+            print(f"{where}\t{c.step.id}\t{c.title}")
+    return EXIT_OK
+
+
+def _read_step(text: str):
+    import json
+
+    from leir.transforms import step_from_json
+
+    raw = sys.stdin.read() if text == "-" else text
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise LeirError(f"--step: not JSON ({e.msg} at character {e.pos})") from None
+    return step_from_json(data), data
+
+
+def _check_not_stale(doc, step, data) -> None:
+    """A step that carries a range must still be offered at that range."""
+    from leir import transforms
+    from leir.transforms import StaleStep
+    from leir.transforms.base import span_json
+
+    if not isinstance(data, dict) or "range" not in data:
+        return
+    offered = transforms.candidates(doc.analysis, None, only=(step.id,))
+    for c in offered:
+        if c.step == step and c.span is not None and span_json(doc.source, c.span) == data["range"]:
+            return
+    raise StaleStep(f"stale step: {step.id} {json_args(step)} is not offered at that range of the current file "
+                    f"(it was computed on another version); list the actions again")
+
+
+def json_args(step) -> str:
+    import json
+
+    return json.dumps(step.args, sort_keys=True)
+
+
+def cmd_apply(args) -> int:
+    from leir import transforms
+    from leir.printer import print_program
+    from leir.semantics import analyze
+
+    doc = _transformable(args.file)
+    step, data = _read_step(args.step)
+    _check_not_stale(doc, step, data)
+    program = transforms.apply(doc.analysis, step, Path(args.file).stem)
+    out = print_program(program)
+    if args.verify:
+        result = transforms.verify(doc.analysis, analyze(program))
+        print(f"verify: {'ok' if result.ok else 'FAILED'}: {result.summary()}", file=sys.stderr)
+        if not result.ok:
+            return EXIT_FINDINGS
+    if args.write:
+        write_atomic(Path(args.file), out)
+    else:
+        sys.stdout.write(out)
+    return EXIT_OK
+
+
+def cmd_replay(args) -> int:
+    import json
+
+    from leir import transforms
+    from leir.document import read_text
+    from leir.printer import print_program
+
+    doc = _transformable(args.file)
+    try:
+        data = json.loads(read_text(args.trace))
+    except json.JSONDecodeError as e:
+        raise LeirError(f"{args.trace}: not JSON ({e.msg} at character {e.pos})") from None
+    if isinstance(data, dict) and "steps" in data:
+        data = data["steps"]
+    if not isinstance(data, list):
+        raise LeirError(f"{args.trace}: a trace is a JSON list of steps ({{\"id\", \"args\"}} objects)")
+    steps = [transforms.step_from_json(s) for s in data]
+    program = transforms.replay(doc.analysis, steps, Path(args.file).stem)
+    out = print_program(program)
+    if args.write:
+        write_atomic(Path(args.file), out)
+    else:
+        sys.stdout.write(out)
+    return EXIT_OK
 
 
 def _load_npz(path: str) -> dict:

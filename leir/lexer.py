@@ -55,38 +55,51 @@ SIMPLE_ACCESS = re.compile(
     rf"|_\{{({_INDEX}(?:,{_INDEX})*)\}})"
 )
 
-# One match per token, with the whitespace before it. Only ASCII letters and
-# digits make names and numbers: anything else (a Unicode digit, a
-# non-breaking space, a lone ``^``) is one ``error`` character.
-_TOKEN = re.compile(
-    rf"""
-    [ \t\r\f\v\n]*
-    (?:
-      (?P<comment>\#[^\n]*)
-    | (?P<number>(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][+-]?[0-9]+)?)
+_COMPOSITE = rf"""
     | (?P<loop>(?:{_KINDS})\^\{{{_INT}\}}_\{{{_NAME}={_INT}\}})
     | (?P<access>[A-Za-z_][A-Za-z0-9_]*?(?:{_SUP}(?:{_SUB}|(?!_\{{))|{_SUB}))
-    | (?P<sub>_\{{)
-      # ``C_{{i}}``: the underscore before ``{{`` opens a subscript, it is not
-      # part of the name (``C__{{i}}`` is tensor ``C_`` with a subscript).
-    | (?P<ident>[A-Za-z_][A-Za-z0-9_]*?(?=_\{{)|[A-Za-z_][A-Za-z0-9_]*)
-    | (?P<sup>\^\{{)
-    | (?P<op>\*\*|//|<=|>=|==|!=|[-+*/%<>=&|!()\[\]{{}},;:@])
-    | (?P<error>[^ \t\r\f\v\n])
+"""
+
+
+def _token_pattern(composite: bool) -> re.Pattern:
+    """One match per token, with the whitespace before it. Only ASCII
+    letters and digits make names and numbers: anything else (a Unicode
+    digit, a non-breaking space, a lone ``^``) is one ``error`` character."""
+    return re.compile(
+        rf"""
+        [ \t\r\f\v\n]*
+        (?:
+          (?P<comment>\#[^\n]*)
+        | (?P<number>(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][+-]?[0-9]+)?)
+        {_COMPOSITE if composite else ""}
+        | (?P<sub>_\{{)
+          # ``C_{{i}}``: the underscore before ``{{`` opens a subscript, it is not
+          # part of the name (``C__{{i}}`` is tensor ``C_`` with a subscript).
+        | (?P<ident>[A-Za-z_][A-Za-z0-9_]*?(?=_\{{)|[A-Za-z_][A-Za-z0-9_]*)
+        | (?P<sup>\^\{{)
+        | (?P<op>\*\*|//|<=|>=|==|!=|[-+*/%<>=&|!()\[\]{{}},;:@])
+        | (?P<error>[^ \t\r\f\v\n])
+        )
+        """,
+        re.VERBOSE | re.DOTALL,
     )
-    """,
-    re.VERBOSE | re.DOTALL,
-)
 
 
-def tokenize(text: str) -> list[Token]:
+_TOKEN = _token_pattern(composite=True)
+_FINE_TOKEN = _token_pattern(composite=False)
+
+
+def tokenize(text: str, composite: bool = True) -> list[Token]:
+    """The tokens of ``text``, ending with ``eof``. With ``composite``
+    False, loop headers and accesses come in their single pieces too (for
+    tools that colour each piece, such as semantic highlighting)."""
     tokens: list[Token] = []
     append = tokens.append
     count = text.count
     new = tuple.__new__  # Token(...) without the keyword-argument handling
     line_has_code = False
     prev_end = 0
-    for m in _TOKEN.finditer(text):
+    for m in (_TOKEN if composite else _FINE_TOKEN).finditer(text):
         kind = m.lastgroup
         start, end = m.span(kind)
         newline = prev_end == 0 or count("\n", prev_end, start) > 0

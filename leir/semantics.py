@@ -51,9 +51,10 @@ THREAD_AXIS_LIMITS = {
 _THREAD_IDX = ("tx", "ty", "tz")
 
 #: Iteration points the enumeration-based checks may visit in one analysis,
-#: over all equations: keeps a pathological document within the editor's
-#: budget (the common cases are decided without enumerating).
-ENUMERATION_BUDGET = 1 << 22
+#: over all equations: two full spaces of ``affine.MAX_POINTS``, about 30 ms.
+#: Keeps a pathological document within the editor's budget; the common
+#: cases are decided without enumerating.
+ENUMERATION_BUDGET = 2 * affine.MAX_POINTS
 
 _PARALLEL_KINDS = frozenset({"P", "V", "B"})
 _NO_SPAN = Span(0, 0)
@@ -249,16 +250,18 @@ class _Analyzer:
         self.warned_vector_loops: set[int] = set()
         self._forms: dict[int, affine.Affine | None] = {}
         self._vars: dict[int, frozenset[str]] = {}
+        self._guard_holds: dict[int, bool | None] = {}
 
     def _collect_loops(self) -> None:
-        stack = list(self.program.units)
+        """Every loop variable's first binding in program order."""
+        stack = list(reversed(self.program.units))
         while stack:
             nest = stack.pop()
             for loop in nest.loops:
                 self.all_loops.setdefault(loop.var, loop)
                 if loop.kind == "B":
                     self.has_thread_loops = True
-            stack.extend(item for item in nest.body if isinstance(item, A.Nest))
+            stack.extend(item for item in reversed(nest.body) if isinstance(item, A.Nest))
 
     @staticmethod
     def _facts(site: A.EquationSite) -> _Facts:
@@ -295,9 +298,12 @@ class _Analyzer:
         decls = self.check_decls()
         self.check_loops()
         uses = self.collect_uses(decls)
-        tensors = self.build_tensors(decls, uses)
-        equations = self.classify(tensors)
+        equations = self.classify()
+        # Races first: when a pathological document exhausts the
+        # enumeration budget, better an inferred shape larger than needed
+        # than a race left undecided.
         self.check_races(equations)
+        tensors = self.build_tensors(decls, uses)
         self.check_bounds(tensors, uses)
         self.check_init_order(tensors, equations)
         self.diags.sort(key=lambda d: (d.span.start, d.span.end))
@@ -378,8 +384,9 @@ class _Analyzer:
             self.warned_vector_loops.add(id(vloop))
             self.report(warning(vloop.var_span or vloop.span or _NO_SPAN, "vector-not-innermost",
                                 f"vectorized loop {vloop.var} contains {_kind_name(inner.kind)} loop {inner.var}: "
-                                f"TVM vectorizes across {vloop.var} only the innermost body, so every iteration of "
-                                f"{inner.var} issues strided vector accesses; make {vloop.var} the innermost loop",
+                                f"TVM keeps {inner.var} as a loop and vectorizes its body across {vloop.var}, one vector "
+                                f"operation per iteration (strided wherever {vloop.var} does not index the last dimension); "
+                                f"make {vloop.var} the innermost loop",
                                 Related(inner.span or _NO_SPAN, f"{_kind_name(inner.kind)} loop {inner.var}")))
 
     def check_kernel(self, loops: list[A.Loop]) -> None:
@@ -393,12 +400,15 @@ class _Analyzer:
             span = loop.extent_span or loop.span or _NO_SPAN
             tag = A.THREAD_AXES[axis]
             if axis in first and loop.extent != first[axis].extent:
-                # TVM launches a kernel with one extent per thread axis (the
-                # first loop's): the other loop's extra iterations never run.
+                # Seen with TVM 0.27: the kernel is launched with the first
+                # binding's extent and the other loop's body runs under it
+                # unguarded, cutting it short or running past its end.
+                launched = first[axis].extent
                 self.report(error(span, "thread-extent-mismatch",
-                                  f"{tag} has extent {loop.extent} here but {first[axis].extent} elsewhere in the same kernel; "
-                                  f"TVM launches the kernel with one extent per thread axis",
-                                  Related(first[axis].extent_span or _NO_SPAN, f"{tag} with extent {first[axis].extent}")))
+                                  f"{tag} has extent {loop.extent} here but {launched} earlier in the same kernel: TVM "
+                                  f"launches the kernel with the first extent, so this loop would run {launched} "
+                                  f"iterations instead of {loop.extent}",
+                                  Related(first[axis].extent_span or _NO_SPAN, f"{tag} with extent {launched}")))
             first.setdefault(axis, loop)
             extent[axis] = max(extent.get(axis, 0), loop.extent)
             limit = THREAD_AXIS_LIMITS[axis]
@@ -577,7 +587,11 @@ class _Analyzer:
         exactly (too many points to enumerate, or a guard that reads
         tensors)."""
         form = self.form(index)
-        guard = use.predicate
+        guard, certain = self.relevant_guard(use.predicate, self.vars_of(index), use.loops)
+        if certain is None:
+            return None, True
+        if not certain:
+            return None, False
         if form is not None and guard is None:
             return form.bounds(use.ranges), True
         names = self.vars_of(index) | (self.vars_of(guard) if guard is not None else frozenset())
@@ -619,7 +633,7 @@ class _Analyzer:
 
     # --------------------------------------------------------------- equations
 
-    def classify(self, tensors: dict[str, TensorInfo]) -> list[EquationInfo]:
+    def classify(self) -> list[EquationInfo]:
         infos: list[EquationInfo] = []
         written: set[str] = set()
         for k, facts in enumerate(self.facts):
@@ -699,42 +713,73 @@ class _Analyzer:
         if affine.separates([f for f in forms if f is not None], loop.var, free):
             return
         index_names = frozenset().union(*(self.vars_of(i) for i in indices)) if indices else frozenset()
-        guard_names = self.vars_of(eq.predicate) if eq.predicate is not None else frozenset()
-        if loop.var not in index_names and loop.var not in guard_names:
+        guard, certain = self.relevant_guard(eq.predicate, index_names | {loop.var}, info.loops)
+        if certain is None:
+            return  # the guard never holds: nothing is written
+        if loop.var not in index_names and guard is None:
             # Iterations of the loop with the same inner values write the
             # same element.
-            self.report_race(info, loop, (loop.start, loop.start + 1), None)
-            return
-        names = index_names | guard_names
-        # Loops inside vary freely; with affine indices and no guard, loops
-        # outside cancel out, otherwise they are enumerated too.
-        if eq.predicate is None and all(f is not None for f in forms):
-            fixed: list[A.Loop] = []
+            collision = ((loop.start, loop.start + 1), None)
         else:
-            fixed = [l for l in outer if l.var in names]
-        space_loops = fixed + [loop] + [l for l in inner if l.var in names]
-        collision = self.find_collision(space_loops, loop, fixed, indices, eq.predicate)
-        if collision is None:
+            names = index_names | (self.vars_of(guard) if guard is not None else frozenset())
+            # Loops inside vary freely; with affine indices and no guard,
+            # loops outside cancel out, otherwise they are enumerated too.
+            if guard is None and all(f is not None for f in forms):
+                enumerated_outer: list[A.Loop] = []
+            else:
+                enumerated_outer = [l for l in outer if l.var in names]
+            space_loops = enumerated_outer + [loop] + [l for l in inner if l.var in names]
+            # Loops left out of the space sit at their first iteration, so
+            # that the witness is an element the program really writes.
+            first_iteration = {l.var: l.start for l in outer}
+            collision = self.find_collision(space_loops, loop, enumerated_outer, indices, forms, guard, first_iteration)
+        if collision == ():
+            return
+        if collision is None or not certain:
             self.report(warning(loop.var_span or loop.span or _NO_SPAN, "possible-race",
                                 f"could not prove that different iterations of {_kind_name(loop.kind)} loop {loop.var} "
-                                f"write different elements of {lhs.tensor} (the index is not affine or there are too many "
-                                f"iterations to enumerate); a race if they do",
+                                f"write different elements of {lhs.tensor} (the index is not affine, the guard reads "
+                                f"tensors, or there are too many iterations to enumerate); a race if they do",
                                 Related(lhs.span or _NO_SPAN, "the write")))
-        elif collision:
-            self.report_race(info, loop, collision[0], collision[1])
+            return
+        self.report_race(info, loop, collision[0], collision[1])
 
-    def find_collision(self, loops: list[A.Loop], loop: A.Loop, outer: list[A.Loop],
-                       indices: tuple[A.Expr, ...], guard: A.Expr | None):
+    def relevant_guard(self, guard: A.Expr | None, names: frozenset[str],
+                       loops: tuple[A.Loop, ...]) -> tuple[A.Expr | None, bool | None]:
+        """The guard as far as a question about ``names`` is concerned:
+        ``(guard, True)`` when it names one of them; otherwise it only says
+        whether the equation runs at all: ``(None, True)`` if it holds
+        somewhere, ``(None, None)`` if it never does, ``(None, False)`` if
+        that is unknown."""
+        if guard is None or self.vars_of(guard) & names:
+            return guard, True
+        holds = self.guard_holds_somewhere(guard, loops)
+        return None, (None if holds is False else holds is True)
+
+    def guard_holds_somewhere(self, guard: A.Expr, loops: tuple[A.Loop, ...]) -> bool | None:
+        """Whether the guard holds at some iteration (None: unknown)."""
+        key = id(guard)
+        if key not in self._guard_holds:
+            names = self.vars_of(guard)
+            space = self.space([l for l in loops if l.var in names])
+            mask = space.evaluate(guard) if space is not None else None
+            self._guard_holds[key] = None if mask is None else bool(affine._numpy().any(mask))
+        return self._guard_holds[key]
+
+    def find_collision(self, loops: list[A.Loop], loop: A.Loop, outer: list[A.Loop], indices: tuple[A.Expr, ...],
+                       forms: list[affine.Affine | None], guard: A.Expr | None, fixed: dict[str, int]):
         """Two values of ``loop`` that write the same element (with equal
         values of the ``outer`` loops), as ``((v1, v2), element)``; ``()``
-        when there are none; None when the space cannot be enumerated."""
+        when there are none; None when the space cannot be enumerated.
+        Affine indices may name loops outside the space: they take their
+        ``fixed`` values."""
         space = self.space(loops)
         if space is None:
             return None
         np = affine._numpy()
         columns = []
-        for index in indices:
-            values = space.evaluate(index)
+        for index, form in zip(indices, forms):
+            values = space.affine_values(form, fixed) if form is not None else space.evaluate(index)
             if values is None:
                 return None
             columns.append(space.full(values))
@@ -762,7 +807,7 @@ class _Analyzer:
         if hits.size == 0:
             return ()
         first = order[hits[0]]
-        element = tuple(int(c[first]) for c in columns)
+        element = tuple(int(c[first]) for c in keys[: len(columns)])
         return (int(sorted_var[hits[0]]), int(sorted_var[hits[0] + 1])), element
 
     def report_race(self, info: EquationInfo, loop: A.Loop, values: tuple[int, int], element: tuple[int, ...] | None) -> None:

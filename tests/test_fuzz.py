@@ -352,3 +352,120 @@ def test_valid_program_analyses_without_errors(program):
     assert [(e.kind, e.combiner, e.spatial, e.reduce_axes) for e in again.equations] == [
         (e.kind, e.combiner, e.spatial, e.reduce_axes) for e in analysis.equations
     ]
+
+
+# ------------------------------------------- checks against brute force
+#
+# On iteration spaces small enough to enumerate, the race and bounds
+# checks must be exact: the same answer as trying every iteration.
+
+
+def _value(e: A.Expr, env: dict[str, int]):
+    if isinstance(e, A.Num):
+        return e.value
+    if isinstance(e, A.Var):
+        return env[e.name]
+    if isinstance(e, A.Unary):
+        x = _value(e.operand, env)
+        return -x if e.op == "-" else not x
+    a, b = _value(e.lhs, env), _value(e.rhs, env)
+    return {
+        "+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "//": lambda: a // b, "%": lambda: a % b,
+        "<": lambda: a < b, "<=": lambda: a <= b, ">": lambda: a > b, ">=": lambda: a >= b,
+        "==": lambda: a == b, "!=": lambda: a != b, "&": lambda: bool(a) and bool(b), "|": lambda: bool(a) or bool(b),
+    }[e.op]()
+
+
+def _points(loops: list[A.Loop]):
+    points = [{}]
+    for loop in loops:
+        points = [{**p, loop.var: v} for p in points for v in range(loop.start, loop.start + loop.extent)]
+    return points
+
+
+@st.composite
+def _small_index(draw, loops: list[A.Loop]) -> A.Expr:
+    """A constant plus signed multiples of the loops' variables, sometimes
+    with a product of two variables, a ``//`` or a ``%``."""
+    expr: A.Expr = _num(str(draw(st.integers(0, 3))))
+    for loop in loops:
+        coeff = draw(st.integers(-2, 4))
+        if coeff != 0:
+            term = A.Binary("*", A.Var(loop.var), _num(str(abs(coeff))))
+            expr = A.Binary("+" if coeff > 0 else "-", expr, term)
+    if len(loops) >= 2 and draw(st.integers(0, 4)) == 0:
+        expr = A.Binary("+", expr, A.Binary("*", A.Var(loops[0].var), A.Var(loops[-1].var)))
+    wrap = draw(st.sampled_from([None, None, None, "//", "%"]))
+    if wrap is not None:
+        expr = A.Binary(wrap, expr, _num(str(draw(st.integers(1, 5)))))
+    return expr
+
+
+@st.composite
+def small_nests(draw):
+    """A nest of up to four small loops around one write with random
+    (often non-affine) indices and an optional guard, and a shape for the
+    written tensor."""
+    loops = [
+        A.Loop(draw(st.sampled_from(["L", "P"])), draw(st.integers(1, 4)), f"v{k}")
+        for k in range(draw(st.integers(1, 4)))
+    ]
+    indices = []
+    for _ in range(draw(st.integers(0, 2))):
+        used = [loop for loop in loops if draw(st.booleans())]
+        indices.append(draw(_small_index(used)))
+    guard = None
+    if draw(st.booleans()):
+        op = draw(st.sampled_from(sorted(A.COMPARISONS)))
+        guard = A.Binary(op, draw(_small_index(loops)), _num(str(draw(st.integers(0, 6)))))
+    shape = tuple(draw(st.integers(1, 8)) for _ in indices)
+    return loops, tuple(indices), guard, shape
+
+
+def _analysed(loops, indices, guard, shape) -> tuple[str, A.Access, list]:
+    """The nest as text with ``C`` declared of ``shape``, the write as
+    parsed, and the analysis diagnostics."""
+    decl = (A.Decl("out", "C", "f32", shape),)
+    eq = A.Equation(A.Access("C", indices or None), A.Num(1, "1"), guard)
+    text = print_program(A.Program(decl, (A.Nest(tuple(loops), (eq,)),)))
+    parsed = parse(text)
+    assert parsed.ok, (text, parsed.diagnostics)
+    (site,) = A.equation_sites(parsed.program)
+    return text, site.equation.lhs, analyze(parsed.program).diagnostics
+
+
+@FUZZ
+@given(small_nests())
+def test_race_check_agrees_with_brute_force(case):
+    loops, indices, guard, shape = case
+    text, _, diagnostics = _analysed(loops, indices, guard, shape)
+    reported = {text[d.span.start : d.span.end] for d in diagnostics if d.code in ("race", "possible-race")}
+    assert not any(d.code == "possible-race" for d in diagnostics), text
+
+    racing = set()
+    for k, loop in enumerate(loops):
+        if loop.kind != "P":
+            continue
+        writers: dict[tuple, set[int]] = {}
+        for point in _points(loops):
+            if guard is not None and not _value(guard, point):
+                continue
+            outer = tuple(point[l.var] for l in loops[:k])
+            element = tuple(_value(i, point) for i in indices)
+            writers.setdefault((outer, element), set()).add(point[loop.var])
+        if any(len(values) > 1 for values in writers.values()):
+            racing.add(loop.var)
+    assert reported == racing, text
+
+
+@FUZZ
+@given(small_nests())
+def test_bounds_check_agrees_with_brute_force(case):
+    loops, indices, guard, shape = case
+    text, lhs, diagnostics = _analysed(loops, indices, guard, shape)
+    index_at = {index.span.start: d for d, index in enumerate(lhs.indices or ())}
+    reported = sorted(index_at[d.span.start] for d in diagnostics if d.code == "index-out-of-bounds")
+
+    running = [p for p in _points(loops) if guard is None or _value(guard, p)]
+    outside = [d for d, index in enumerate(indices) if any(not 0 <= _value(index, p) < shape[d] for p in running)]
+    assert reported == outside, text

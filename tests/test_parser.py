@@ -8,8 +8,6 @@ where it starts (1-based, as a compiler prints it) and the text it covers.
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from leir import ast as A
@@ -130,22 +128,10 @@ def test_one_line_program_of_many_units():
 
 
 def _tokens_joined(text: str, sep) -> str:
-    """``text`` with ``sep(k)`` between its k-th and (k+1)-th characters
-    wherever a token boundary allows it (never inside a name, a number or a
-    two-character operator)."""
-    cuts = set()
-    for tok in tokenize(text):
-        if tok.kind in ("loop", "access"):
-            # Composite tokens: cut at every boundary of their pieces.
-            for m in re.finditer(r"\^\{|_\{|[A-Za-z_][A-Za-z0-9_]*|[0-9]+|.", tok.text):
-                cuts.add(tok.start + m.start())
-        cuts.add(tok.start)
-    out = []
-    for k, ch in enumerate(text):
-        if k in cuts and k > 0:
-            out.append(sep(k))
-        out.append(ch)
-    return "".join(out)
+    """``text`` with ``sep(k)`` inserted before the k-th character wherever
+    a token starts (never inside a name, a number or an operator)."""
+    starts = {tok.start for tok in tokenize(text, composite=False)}
+    return "".join((sep(k) if k in starts and k > 0 else "") + ch for k, ch in enumerate(text))
 
 
 @pytest.mark.parametrize("text", STEP_TP_STRINGS.values(), ids=STEP_TP_STRINGS.keys())
@@ -409,6 +395,12 @@ def test_bad_extents():
     assert [(c, t) for c, _, t in _ranges(text, parse(text))] == [("bad-extent", "0"), ("bad-extent", "0"), ("bad-extent", "2.5")]
 
 
+def test_integer_literal_too_long_to_convert():
+    digits = "7" * 5000
+    text = f"L^{{4}}_{{i=0}}[Y_{{i}}={digits};];"
+    assert _ranges(text, parse(text)) == [("bad-number", "1:19", digits)]
+
+
 def test_reserved_words_cannot_name_tensors():
     text = "L^{4}_{i=0}[where_{i}=X_{i};];"
     assert _ranges(text, parse(text)) == [("reserved-name", "1:13", "where")]
@@ -494,3 +486,16 @@ def test_precedence_and_associativity(text, expected):
     expr, diags = parse_expression(text, frozenset("abcd"))
     assert diags == []
     assert expr == expected
+
+
+# -------------------------------------------------------------------- lexer
+
+
+def test_composite_tokens_cover_the_same_text_as_their_pieces():
+    text = MATMUL_STEP_TP + "L^{4}_{i = 0}[Y_{i, 0}=S^{f32};];"
+    composite = tokenize(text)
+    fine = tokenize(text, composite=False)
+    assert [t.kind for t in composite if t.kind in ("loop", "access")][:4] == ["loop", "loop", "loop", "access"]
+    assert not any(t.kind in ("loop", "access") for t in fine)
+    assert {t.start for t in composite} <= {t.start for t in fine}
+    assert "".join(t.text for t in composite) == "".join(t.text for t in fine)

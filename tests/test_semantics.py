@@ -496,3 +496,30 @@ def test_every_diagnostic_span_lies_inside_the_document(text):
         assert d.span.end > d.span.start  # each covers some text
         for r in d.related:
             assert 0 <= r.span.start < r.span.end <= len(text)
+
+
+def test_race_found_by_enumeration_names_a_written_element_under_the_guard():
+    text = "P^{8}_{i=0}[C^{f32}_{i//2}=A^{f32}_{i} where i>=4;];"
+    assert _diagnostics(text) == [("race", "1:8", "i")]
+    assert "i=4 and i=5" in _only(text, "race").message
+    assert "element (2) of C" in _only(text, "race").message
+
+
+def test_race_not_reported_when_the_guard_never_holds():
+    assert _diagnostics("P^{2}_{i=0}[C^{f32}=1.0 where 0<0;];") == []
+
+
+def test_race_across_a_vector_loop_that_is_not_a_reduction():
+    text = "V^{4}_{j=0}[C^{f32}_{0}=A^{f32}_{j};];"
+    assert _diagnostics(text) == [("race", "1:8", "j")]
+
+
+def test_race_under_a_guard_on_another_loop():
+    text = "P^{4}_{i=0}L^{4}_{k=0}[C^{f32}=A^{f32}_{i,k} where k<2;];"
+    assert _diagnostics(text) == [("race", "1:8", "i")]
+
+
+def test_loop_var_out_of_scope_points_at_the_first_loop_of_that_name():
+    text = "L^{4}_{i=0}[Y^{f32}_{i}=1.0;];\nL^{8}_{i=0}[Z^{f32}_{i}=2.0;];\nL^{4}_{j=0}[W^{f32}_{j}=X^{f32}_{i};];"
+    assert _related(text, _only(text, "loop-var-out-of-scope")) == [("the loop is here", "L^{4}_{i=0}")]
+    assert _only(text, "loop-var-out-of-scope").related[0].span.start == 0

@@ -1,0 +1,130 @@
+"""The catalogue of atomic transformations.
+
+``ALL`` lists every transformation, in the order an editor shows them. Each
+is a module with ``ID``, ``TITLE``, ``candidates(ctx, at)`` (cheap: no
+build, no run), ``check(ctx, args)`` (raises a typed ``NotApplicable`` per
+failed precondition) and either ``schedule(sch, ctx, args)`` (the TVM
+schedule primitives that perform it) or ``rewrite(ctx, args)`` (a syntax
+tree rewrite, for steps TVM has no primitive for).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from leir import ast as A
+from leir.semantics import Analysis, analyze
+from leir.transforms import split
+from leir.transforms.base import (
+    BadStep,
+    Candidate,
+    Context,
+    NotApplicable,
+    StaleStep,
+    Step,
+    TransformError,
+    TvmRefused,
+    UnknownTransform,
+    VerificationFailed,
+    step_from_json,
+)
+from leir.transforms.verify import Verification, verify
+
+ALL: tuple[ModuleType, ...] = (
+    split,
+)
+
+_BY_ID = {t.ID: t for t in ALL}
+
+__all__ = [
+    "ALL", "BadStep", "Candidate", "Context", "NotApplicable", "StaleStep", "Step", "TransformError",
+    "TvmRefused", "UnknownTransform", "Verification", "VerificationFailed", "apply", "candidates", "get",
+    "replay", "step_from_json", "verify",
+]
+
+
+def get(transform_id: str) -> ModuleType:
+    try:
+        return _BY_ID[transform_id]
+    except KeyError:
+        raise UnknownTransform(f"unknown transformation {transform_id!r}",
+                               f"known transformations: {', '.join(_BY_ID)}") from None
+
+
+def _context(program_or_ctx, name: str = "main") -> Context:
+    if isinstance(program_or_ctx, Context):
+        return program_or_ctx
+    if isinstance(program_or_ctx, Analysis):
+        return Context(program_or_ctx, name)
+    if isinstance(program_or_ctx, A.Program):
+        return Context(analyze(program_or_ctx), name)
+    raise TypeError(f"expected a Program, Analysis or Context, got {type(program_or_ctx).__name__}")
+
+
+def candidates(program, at: int | None = None, only: tuple[str, ...] | None = None) -> list[Candidate]:
+    """Every step that applies at character offset ``at`` (everywhere when
+    None), transformation by transformation in ``ALL`` order."""
+    ctx = _context(program)
+    if not ctx.analysis.ok:
+        return []
+    out: list[Candidate] = []
+    for t in ALL:
+        if only is None or t.ID in only:
+            out.extend(t.candidates(ctx, at))
+    return out
+
+
+def apply(program, step: Step, name: str = "main") -> A.Program:
+    """The program rewritten by exactly ``step``; typed errors otherwise."""
+    ctx = _context(program, name)
+    if not ctx.analysis.ok:
+        raise NotApplicable("the program has errors; fix them before transforming it")
+    t = get(step.id)
+    t.check(ctx, step.args)
+    if hasattr(t, "schedule"):
+        result = _apply_schedule(t, ctx, step)
+    else:
+        result = t.rewrite(ctx, step.args)
+    after = analyze(result)
+    if not after.ok:
+        first = next(d for d in after.diagnostics if d.is_error)
+        raise TransformError(f"{step.id} produced a program that does not check: {first.message}",
+                             "this is a bug in leir's transformation, not in your program")
+    return result
+
+
+def _apply_schedule(t: ModuleType, ctx: Context, step: Step) -> A.Program:
+    import tvm
+
+    from leir.raise_tir import raise_func
+    from leir.transforms.splice import splice
+
+    sch = tvm.s_tir.Schedule(ctx.func)
+    try:
+        t.schedule(sch, ctx, step.args)
+    except tvm.s_tir.ScheduleError as e:
+        detail = _schedule_error_message(e)
+        raise TvmRefused(f"TVM refused {step.id}: {detail.splitlines()[0] if detail else 'schedule error'}", detail) from None
+    before = raise_func(ctx.func)
+    after = raise_func(sch.mod["main"])
+    return splice(ctx.program, before, after)
+
+
+def _schedule_error_message(e: Exception) -> str:
+    text = str(e)
+    marker = "Error message:"
+    if marker in text:
+        return text.split(marker, 1)[1].strip()
+    lines = [l for l in text.splitlines() if l.strip()]
+    return lines[-1].strip() if lines else type(e).__name__
+
+
+def replay(program, trace: list[Step], name: str = "main") -> A.Program:
+    """Apply a trace of steps in order, each to the previous result."""
+    current = program if isinstance(program, A.Program) else _context(program, name).program
+    for k, step in enumerate(trace):
+        try:
+            current = apply(current, step, name)
+        except TransformError as e:
+            raise type(e)(f"step {k + 1} ({step.id}): {e.short}", e.detail, e.span) from None
+    return current
