@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from leir import ast as A  # noqa: E402
 from leir.document import load_leir  # noqa: E402
+from leir.format import canonical_program  # noqa: E402
 from leir.printer import print_program  # noqa: E402
 
 
@@ -49,9 +50,10 @@ def measure(path: Path) -> dict:
     from leir.tokens import count_tokens
 
     doc = load_leir(path.read_text())
-    program = strip_comments(doc.analysis.complete_program())
+    program = strip_comments(canonical_program(doc.analysis, minimal=True))
+    compact_program = strip_comments(doc.analysis.complete_program())
     canonical = print_program(program)
-    compact = print_program(program, "compact")
+    compact = print_program(compact_program, "compact")
     tvmscript = to_tvmscript(doc.analysis, path.stem)
     row = {
         "workload": path.stem,

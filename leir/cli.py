@@ -141,6 +141,7 @@ def cmd_check(args) -> int:
 
 def cmd_fmt(args) -> int:
     from leir.document import language_of, load_leir, read_text
+    from leir.format import canonical_program
     from leir.printer import print_program
 
     if language_of(args.file) != "leir":
@@ -152,8 +153,12 @@ def cmd_fmt(args) -> int:
         first = syntax_errors[0]
         more = f" (and {len(syntax_errors) - 1} more)" if len(syntax_errors) > 1 else ""
         raise LeirError(f"{args.file}:{doc.source.format_location(first.span)}: error: {first.message}{more}; not formatted")
-    # Inferred declarations are made explicit only when inference succeeded.
-    program = doc.analysis.complete_program() if doc.analysis.ok else doc.program
+    if not doc.analysis.ok:
+        program = doc.program  # layout only: what to declare is unknown
+    elif args.compact:
+        program = doc.analysis.complete_program()  # every access needs its superscript
+    else:
+        program = canonical_program(doc.analysis)
     out = print_program(program, "compact" if args.compact else "canonical")
     if args.compact:
         out += "\n"
@@ -194,7 +199,9 @@ def cmd_convert(args) -> int:
 
     analysis, name = load_program(args.file, args.kernel)
     if args.to == "leir":
-        sys.stdout.write(print_program(analysis.complete_program()))
+        from leir.format import canonical_program
+
+        sys.stdout.write(print_program(canonical_program(analysis, minimal=True)))
         return EXIT_OK
     from leir.lower import to_tvmscript
 

@@ -47,7 +47,7 @@ _SUP = rf"\^\{{(?:{_DTYPES})(?:,(?:{_SCOPES}))?\}}"
 _SUB = rf"_\{{{_INDEX}(?:,{_INDEX})*\}}"
 
 #: A whole loop header; groups: kind, extent, var, start.
-LOOP_HEADER = re.compile(rf"({_KINDS})\^\{{({_INT})\}}_\{{({_NAME})=({_INT})\}}")
+LOOP_HEADER = re.compile(rf"({_KINDS})\^\{{({_INT})\}}_\{{({_NAME})(?:=({_INT}))?\}}")
 #: A whole simple access; groups: name, dtype, scope, subscript body.
 SIMPLE_ACCESS = re.compile(
     rf"([A-Za-z_][A-Za-z0-9_]*?)"
@@ -56,7 +56,7 @@ SIMPLE_ACCESS = re.compile(
 )
 
 _COMPOSITE = rf"""
-    | (?P<loop>(?:{_KINDS})\^\{{{_INT}\}}_\{{{_NAME}={_INT}\}})
+    | (?P<loop>(?:{_KINDS})\^\{{{_INT}\}}_\{{{_NAME}(?:={_INT})?\}})
     | (?P<access>[A-Za-z_][A-Za-z0-9_]*?(?:{_SUP}(?:{_SUB}|(?!_\{{))|{_SUB}))
 """
 
@@ -77,7 +77,7 @@ def _token_pattern(composite: bool) -> re.Pattern:
           # part of the name (``C__{{i}}`` is tensor ``C_`` with a subscript).
         | (?P<ident>[A-Za-z_][A-Za-z0-9_]*?(?=_\{{)|[A-Za-z_][A-Za-z0-9_]*)
         | (?P<sup>\^\{{)
-        | (?P<op>\*\*|//|<=|>=|==|!=|[-+*/%<>=&|!()\[\]{{}},;:@])
+        | (?P<op>\*\*|//|<=|>=|==|!=|\+=|-=|\*=|[-+*/%<>=&|!()\[\]{{}},;:@])
         | (?P<error>[^ \t\r\f\v\n])
         )
         """,

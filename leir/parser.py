@@ -469,20 +469,22 @@ class _Parser:
         elif extent <= 0:
             self.report(extent_tok.span, "bad-extent", "a loop extent must be at least 1")
         self.expect("}", "after the loop extent")
-        self.expect("_{", "(the loop variable, as in _{i=0})")
+        self.expect("_{", "(the loop variable, as in _{i})")
         var_tok = self.peek
         if var_tok.kind != "ident":
             self.fail(var_tok.span, "expected-loop-var", f"expected a loop variable name, found {self.describe(var_tok)}")
         self.advance()
         if var_tok.text in RESERVED:
             self.report(var_tok.span, "reserved-name", f"'{var_tok.text}' is a reserved word and cannot name a loop variable")
-        self.expect("=", "after the loop variable")
-        start_tok = self.peek
-        start = self.int_value(start_tok) if start_tok.kind == "number" else None
-        if start is None:
-            self.fail(start_tok.span, "expected-loop-start", f"expected the loop's integer start (usually 0), found {self.describe(start_tok)}")
-        self.advance()
-        end_tok = self.expect("}", "after the loop start")
+        start = 0
+        if self.at("="):  # ``_{i=0}`` (Step-TP) or ``_{i}`` (start 0)
+            self.advance()
+            start_tok = self.peek
+            start = self.int_value(start_tok) if start_tok.kind == "number" else None
+            if start is None:
+                self.fail(start_tok.span, "expected-loop-start", f"expected the loop's integer start (usually 0), found {self.describe(start_tok)}")
+            self.advance()
+        end_tok = self.expect("}", "after the loop variable")
         after = self.trailing_comment()
         return A.Loop(
             kind_tok.text,
@@ -508,7 +510,8 @@ class _Parser:
         if var in RESERVED:
             self.report(var_span, "reserved-name", f"'{var}' is a reserved word and cannot name a loop variable")
         after = self.trailing_comment()
-        return A.Loop(m.group(1), extent, var, int(m.group(4)), tok.span, kind_span, extent_span, var_span,
+        start = int(m.group(4)) if m.group(4) is not None else 0
+        return A.Loop(m.group(1), extent, var, start, tok.span, kind_span, extent_span, var_span,
                       A.Comments(before, after))
 
     def _simple_access(self, tok: Token) -> tuple[A.Access, int]:
@@ -539,11 +542,15 @@ class _Parser:
         if tok.kind == "ident" and tok.text in self.loop_vars and self.peek_at(1).kind not in ("sup", "sub"):
             self.fail(tok.span, "assign-to-loop-var", f"cannot assign to loop variable '{tok.text}'")
         lhs = self.access()
-        if not self.at("="):
-            found = self.peek
-            self.fail(found.span, "expected-token", f"expected '=' after {lhs.tensor}, found {self.describe(found)}")
+        assign = self.peek
+        if not (assign.kind == "op" and assign.text in ("=", "+=", "-=", "*=")):
+            self.fail(assign.span, "expected-token", f"expected '=' after {lhs.tensor}, found {self.describe(assign)}")
         self.advance()
         rhs = self.expr()
+        if assign.text != "=":
+            # ``C += e`` is ``C = C + e``: one tree, so that everything
+            # downstream sees a single form of a reduction.
+            rhs = A.Binary(assign.text[0], lhs, rhs, lhs.span.cover(rhs.span))
         predicate = None
         if self.peek.kind == "ident" and self.peek.text == "where":
             self.advance()

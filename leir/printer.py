@@ -28,8 +28,12 @@ def print_expr(expr: A.Expr, *, compact: bool = False, index: bool = False,
     return _ExprPrinter(compact, declared, types or {}).expr(expr, index)
 
 
-def loop_header(loop: A.Loop) -> str:
-    return f"{loop.kind}^{{{loop.extent}}}_{{{loop.var}={loop.start}}}"
+def loop_header(loop: A.Loop, compact: bool = False) -> str:
+    """``L^{64}_{i}`` in the canonical form (the start is written only when
+    it is not 0); ``L^{64}_{i=0}`` in Step-TP's compact form."""
+    if compact or loop.start != 0:
+        return f"{loop.kind}^{{{loop.extent}}}_{{{loop.var}={loop.start}}}"
+    return f"{loop.kind}^{{{loop.extent}}}_{{{loop.var}}}"
 
 
 def decl_text(decl: A.Decl) -> str:
@@ -97,6 +101,12 @@ class _ExprPrinter:
         return out
 
 
+def _same_access(a: A.Expr, b: A.Access) -> bool:
+    # Node equality ignores spans but not superscripts: ``C = C^{f32} + e``
+    # keeps its spelling.
+    return isinstance(a, A.Access) and a == b
+
+
 def _prec(e: A.Expr) -> int:
     if isinstance(e, A.Binary):
         return A.BINARY_PRECEDENCE[e.op]
@@ -139,7 +149,13 @@ class _Canonical:
         return "\n".join(self.lines) + "\n" if self.lines else ""
 
     def equation(self, eq: A.Equation) -> str:
-        text = f"{self.exprs.expr(eq.lhs)} = {self.exprs.expr(eq.rhs)}"
+        rhs = eq.rhs
+        if isinstance(rhs, A.Binary) and rhs.op in ("+", "-", "*") and _same_access(rhs.lhs, eq.lhs):
+            # ``C = C + e`` prints as ``C += e``: e is the whole right operand,
+            # so ``C = C - (a + b)`` is ``C -= a + b``.
+            text = f"{self.exprs.expr(eq.lhs)} {rhs.op}= {self.exprs.expr(rhs.rhs)}"
+        else:
+            text = f"{self.exprs.expr(eq.lhs)} = {self.exprs.expr(rhs)}"
         if eq.predicate is not None:
             text += f" where {self.exprs.expr(eq.predicate)}"
         return text + ";"
@@ -183,4 +199,4 @@ class _Compact:
             return text + ";"
         if not item.bracketed:
             return "".join(self.item(e) for e in item.body)
-        return "".join(loop_header(l) for l in item.loops) + "[" + "".join(self.item(b) for b in item.body) + "];"
+        return "".join(loop_header(l, compact=True) for l in item.loops) + "[" + "".join(self.item(b) for b in item.body) + "];"

@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     import tvm
 
 __all__ = [
-    "BuildError", "CheckResult", "Comparison", "InputError", "RunError", "RunResult",
-    "build", "check", "compare", "cuda_target", "host_target", "random_inputs", "run",
+    "BuildError", "CheckResult", "Comparison", "CompiledProgram", "InputError", "RunError", "RunResult",
+    "build", "check", "compile_program", "compare", "cuda_target", "host_target", "random_inputs", "run",
 ]
 
 TARGETS = ("llvm", "cuda")
@@ -98,13 +98,33 @@ def run(analysis: Analysis, inputs: dict[str, np.ndarray], target: str = "llvm")
     """Build the program for ``target`` ("llvm": this CPU, "cuda": this
     machine's GPU) and run it on ``inputs``; outputs start zeroed. Raises
     ``InputError``, ``LoweringError``, ``BuildError`` or ``RunError``."""
+    check_inputs(analysis, inputs)
+    return compile_program(analysis, target)(inputs)
+
+
+@dataclass
+class CompiledProgram:
+    """A program built and loaded once, to run on many inputs."""
+
+    analysis: Analysis
+    target: str
+    module: object
+    device: object
+    notes: list[str]
+
+    def __call__(self, inputs: dict[str, np.ndarray]) -> RunResult:
+        arrays = check_inputs(self.analysis, inputs)
+        return RunResult(_call(self.module, self.analysis, arrays, self.device), self.target, list(self.notes))
+
+
+def compile_program(analysis: Analysis, target: str = "llvm") -> CompiledProgram:
+    """Lower, build and load the program for ``target`` (see ``run``)."""
     if target not in TARGETS:
         raise RunError(f"unknown target {target!r}: expected one of {', '.join(TARGETS)}")
-    arrays = check_inputs(analysis, inputs)
     _require_transferable(analysis)
     func, tvm_target, device, notes = _lowered_for(analysis, target)
     module = _loaded(build(func, tvm_target))
-    return RunResult(_call(module, analysis, arrays, device), target, notes)
+    return CompiledProgram(analysis, target, module, device, notes)
 
 
 def _lowered_for(analysis: Analysis, target: str):

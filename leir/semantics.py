@@ -11,8 +11,9 @@ Checks, by code (errors unless marked as warnings):
 - names and scopes: ``duplicate-declaration``, ``name-clash``,
   ``bad-scope``, ``duplicate-loop-var``, ``loop-var-out-of-scope``,
   ``unknown-loop-var``, ``unused-tensor`` (warning);
-- types: ``dtype-conflict``, ``scope-conflict``, ``rank-conflict``,
-  ``missing-dtype`` (warning);
+- types: ``dtype-conflict``, ``scope-conflict``, ``rank-conflict``
+  (a tensor with neither declaration nor superscript is f32 in global
+  memory: the default that keeps files short);
 - roles and order: ``write-to-input``, ``never-written``,
   ``read-before-write``, ``reduction-init``, ``repeated-write`` (warning);
 - indices: ``index-out-of-bounds``, ``negative-index``,
@@ -502,10 +503,7 @@ class _Analyzer:
                     where = Related(decl.name_span or _NO_SPAN, f"declared @{decl.scope} here") if decl else Related(first_scope.span or _NO_SPAN, f"@{scope} here")
                     self.report(error(span, "scope-conflict", f"{name} is in scope {scope}, but this access says {a.scope}", where))
         if dtype is None:
-            if uses:
-                self.report(warning(uses[0].access.name_span or _NO_SPAN, "missing-dtype",
-                                    f"the dtype of {name} is not known (no declaration, no superscript); assuming f32"))
-            dtype = "f32"
+            dtype = "f32"  # the documented default
         if dtype not in A.DTYPES:
             dtype = "f32"  # the parser reported it
         if scope not in A.SCOPES:

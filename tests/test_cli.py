@@ -16,10 +16,10 @@ in  X: f32[16,8]
 in  W: f32[8,4]
 out C: f32[16,4]
 
-L^{16}_{i=0}
-  L^{4}_{j=0}
-    L^{8}_{k=0} [
-      C_{i,j} = C_{i,j} + X_{i,k}*W_{k,j};
+L^{16}_{i}
+  L^{4}_{j}
+    L^{8}_{k} [
+      C_{i,j} += X_{i,k}*W_{k,j};
     ];
 """
 
@@ -56,7 +56,7 @@ def test_check_clean_file_exits_0_and_prints_nothing(tmp_path):
 
 
 def test_check_reports_every_error_as_path_line_col(tmp_path):
-    bad = MATMUL.replace("L^{4}_{j=0}", "Q^{4}_{j=0}").replace("X_{i,k}", "X_{i,q}")
+    bad = MATMUL.replace("L^{4}_{j}", "Q^{4}_{j}").replace("X_{i,k}", "X_{i,q}")
     path = write(tmp_path, "bad.leir", bad)
     result = leir("check", str(path))
     assert result.returncode == 1
@@ -67,7 +67,7 @@ def test_check_reports_every_error_as_path_line_col(tmp_path):
 
 def test_check_several_files_exit_status_is_worst(tmp_path):
     good = write(tmp_path, "good.leir", MATMUL)
-    bad = write(tmp_path, "bad.leir", MATMUL.replace("C_{i,j} + X", "C_{i,j}*2 + X"))
+    bad = write(tmp_path, "bad.leir", MATMUL.replace("C_{i,j} += X", "C_{i,j} = C_{i,j}*2 + X"))
     result = leir("check", str(good), str(bad))
     assert result.returncode == 1
     assert all(line.startswith(str(bad)) for line in result.stdout.splitlines())
@@ -106,13 +106,23 @@ STEP_TP_SOFTMAX = (
 )
 
 
-def test_fmt_makes_inferred_declarations_explicit(tmp_path):
-    path = write(tmp_path, "sm.leir", STEP_TP_SOFTMAX)
+def test_fmt_moves_superscripts_into_declarations_only_where_needed(tmp_path):
+    text = STEP_TP_SOFTMAX.replace("X^{f32,g}", "X^{f16,g}")
+    path = write(tmp_path, "sm.leir", text)
     result = leir("fmt", str(path))
     assert result.returncode == 0, result.stderr
-    head = result.stdout.splitlines()[:4]
-    assert head == ["in  X: f32[8,5]", "out Y: f32[8,5]", "tmp M: f32[8]", "tmp S: f32[8]"]
+    lines = result.stdout.splitlines()
+    # X is f16, so it is declared; M, S and Y are f32 and fully inferred.
+    assert lines[:3] == ["in  X: f16[8,5]", "", "L^{8}_{i}"]
     assert "M_{i} = max(M_{i}, X_{i,j});" in result.stdout
+    assert "S_{i} += exp(X_{i,j} - M_{i});" in result.stdout
+    assert "^{" not in result.stdout
+
+
+def test_fmt_keeps_the_declarations_a_user_wrote(tmp_path):
+    path = write(tmp_path, "mm.leir", MATMUL)
+    result = leir("fmt", str(path))
+    assert result.stdout.splitlines()[:3] == MATMUL.splitlines()[:3]
 
 
 def test_fmt_compact_gives_back_the_step_tp_string(tmp_path):
@@ -151,7 +161,7 @@ def test_convert_to_tvmscript_and_back(tmp_path):
     py = write(tmp_path, "mm.py", "from tvm.script import tirx as T\n\n" + script.stdout)
     back = leir("convert", str(py), "--to", "leir")
     assert back.returncode == 0, back.stderr
-    assert "C_{i,j} = C_{i,j} + X_{i,k}*W_{k,j};" in back.stdout
+    assert "C_{i,j} += X_{i,k}*W_{k,j};" in back.stdout
 
 
 @pytest.mark.slow

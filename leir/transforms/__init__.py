@@ -1,7 +1,8 @@
 """The catalogue of atomic transformations.
 
 ``ALL`` lists every transformation, in the order an editor shows them. Each
-is a module with ``ID``, ``TITLE``, ``candidates(ctx, at)`` (cheap: no
+is a module with ``ID``, ``TITLE``, ``STEPTP`` (the Step-TP strategy name),
+a function named like the module, ``candidates(ctx, at)`` (cheap: no
 build, no run), ``check(ctx, args)`` (raises a typed ``NotApplicable`` per
 failed precondition) and either ``schedule(sch, ctx, args)`` (the TVM
 schedule primitives that perform it) or ``rewrite(ctx, args)`` (a syntax
@@ -30,8 +31,15 @@ from leir.transforms.base import (
 )
 from leir.transforms.verify import Verification, verify
 
+# Grouped as Step-TP groups them; loop and memory steps decide latency and
+# come first. Each group's helper adds its modules under its comment.
 ALL: tuple[ModuleType, ...] = (
+    # --- loop
     split,
+    # --- memory
+    # --- operator
+    # --- algebraic
+    # --- algorithmic
 )
 
 _BY_ID = {t.ID: t for t in ALL}

@@ -17,6 +17,7 @@ from dataclasses import replace
 
 from leir import ast as A
 from leir.semantics import analyze
+from leir.transforms.rewrite import map_equation, map_expr
 
 
 def splice(original: A.Program, raised_before: A.Program, raised_after: A.Program) -> A.Program:
@@ -36,15 +37,43 @@ def splice(original: A.Program, raised_before: A.Program, raised_after: A.Progra
 
 
 def _splice_units(original: A.Program, before: A.Program, after: A.Program) -> tuple[A.Nest, ...]:
+    new_units = [_tidy_item(u) for u in after.units]
     if len(before.units) != len(original.units):
         # The raised original does not line up with the text unit by unit
         # (should not happen); keep the raised units rather than guess.
-        return after.units
+        return tuple(new_units)
     matches = _lcs(before.units, after.units)
-    out = list(after.units)
     for i, j in matches:
-        out[j] = original.units[i]
-    return tuple(out)
+        new_units[j] = original.units[i]
+    return tuple(new_units)
+
+
+def _tidy_item(item):
+    """Indices as a person writes them: TVM builds ``jo*8 + (ji_0*5 + ji_1)``
+    when it splits ``ji``; integer addition is associative, so the
+    parentheses go (``jo*8+ji_0*5+ji_1``)."""
+    if isinstance(item, A.Equation):
+        return map_equation(item, lambda e: map_expr(e, _tidy_access))
+    return replace(item, body=tuple(_tidy_item(b) for b in item.body))
+
+
+def _tidy_access(e: A.Expr):
+    if isinstance(e, A.Access) and e.indices is not None:
+        return replace(e, indices=tuple(_left_associate(i) for i in e.indices))
+    return None
+
+
+def _left_associate(e: A.Expr) -> A.Expr:
+    if isinstance(e, A.Binary):
+        lhs, rhs = _left_associate(e.lhs), _left_associate(e.rhs)
+        if e.op in ("+", "-") and isinstance(rhs, A.Binary) and rhs.op in ("+", "-"):
+            # a + (b ± c) = (a + b) ± c ;  a - (b ± c) = (a - b) ∓ c
+            inner_op = rhs.op if e.op == "+" else ("-" if rhs.op == "+" else "+")
+            return _left_associate(A.Binary(inner_op, A.Binary(e.op, lhs, rhs.lhs), rhs.rhs))
+        return replace(e, lhs=lhs, rhs=rhs)
+    if isinstance(e, A.Unary):
+        return replace(e, operand=_left_associate(e.operand))
+    return e
 
 
 def _lcs(a, b) -> list[tuple[int, int]]:

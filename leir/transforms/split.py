@@ -59,6 +59,8 @@ from leir.transforms.base import (
 
 ID = "split"
 TITLE = "Split loop"
+#: The Step-TP strategy this is (dataset exports use it).
+STEPTP = "loop_split"
 
 #: Inner factors offered beyond the extent's divisors (as imperfect splits).
 COMMON_FACTORS = (4, 8, 16, 32, 64)

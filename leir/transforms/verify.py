@@ -54,19 +54,21 @@ def integer_valued(inputs: dict[str, np.ndarray], seed: int) -> dict[str, np.nda
 
 
 def verify(before: Analysis, after: Analysis, seeds: tuple[int, ...] = SEEDS, target: str = "llvm") -> Verification:
-    from leir.run import compare, random_inputs, run
+    from leir.run import compare, compile_program, random_inputs
 
     outs_before = {t.name: t for t in before.outputs()}
     outs_after = {t.name: t for t in after.outputs()}
     if set(outs_before) != set(outs_after):
         return Verification(False, notes=[f"outputs changed from {sorted(outs_before)} to {sorted(outs_after)}"])
     result = Verification(True)
+    run_before = compile_program(before, target)
+    run_after = compile_program(after, target)
     for k, seed in enumerate(seeds):
         inputs = random_inputs(before, seed)
         if k == len(seeds) - 1 and len(seeds) > 1:
             inputs = integer_valued(inputs, seed)
-        ran_before = run(before, inputs, target)
-        ran_after = run(after, inputs, target)
+        ran_before = run_before(inputs)
+        ran_after = run_after(inputs)
         per_seed = {}
         for name, t in outs_before.items():
             c = compare(ran_after.outputs[name], ran_before.outputs[name], t.dtype)
