@@ -45,7 +45,73 @@ def _splice_units(original: A.Program, before: A.Program, after: A.Program) -> t
     matches = _lcs(before.units, after.units)
     for i, j in matches:
         new_units[j] = original.units[i]
+    # Between matched units lie the ones the step changed: each gets the
+    # comments of the original unit it replaces.
+    bounds = [(-1, -1)] + matches + [(len(original.units), len(after.units))]
+    for (i0, j0), (i1, j1) in zip(bounds, bounds[1:]):
+        olds, news = list(range(i0 + 1, i1)), list(range(j0 + 1, j1))
+        for i, j in zip(olds, news):
+            new_units[j] = carry_comments(original.units[i], new_units[j])
+        if news and len(olds) > len(news):
+            for i in olds[len(news):]:
+                new_units[news[-1]] = carry_comments(original.units[i], new_units[news[-1]], first_line_only=True)
     return tuple(new_units)
+
+
+def carry_comments(old: A.Nest, new: A.Nest, first_line_only: bool = False) -> A.Nest:
+    """``new`` with the comments of ``old``: those on its first line go to
+    the first line of ``new``, a loop's to the loop with the same variable,
+    an equation's to the first equation writing the same tensor."""
+    old_loops = [n for n in A.walk(old) if isinstance(n, A.Loop)]
+    old_eqs = [n for n in A.walk(old) if isinstance(n, A.Equation)]
+    first = _first_comments(old)
+    loop_comments = {} if first_line_only else {l.var: l.comments for l in old_loops if l.comments != A.NO_COMMENTS}
+    eq_comments: dict[str, A.Comments] = {}
+    if not first_line_only:
+        for eq in old_eqs:
+            if eq.comments != A.NO_COMMENTS:
+                eq_comments.setdefault(eq.lhs.tensor, eq.comments)
+    if old.loops:
+        loop_comments.pop(old.loops[0].var, None)
+
+    def merge(a: A.Comments, b: A.Comments) -> A.Comments:
+        return A.Comments(a.before + b.before, b.after if b.after is not None else a.after)
+
+    def visit(item, top: bool):
+        if isinstance(item, A.Equation):
+            c = eq_comments.pop(item.lhs.tensor, None)
+            return replace(item, comments=merge(item.comments, c)) if c else item
+        loops = tuple(replace(l, comments=merge(l.comments, loop_comments.pop(l.var))) if l.var in loop_comments else l
+                      for l in item.loops)
+        return replace(item, loops=loops, body=tuple(visit(b, False) for b in item.body))
+
+    out = visit(new, True)
+    if first != A.NO_COMMENTS:
+        out = _with_first_comments(out, first)
+    if not first_line_only and old.end_comments != A.NO_COMMENTS:
+        out = replace(out, end_comments=merge(out.end_comments, old.end_comments))
+    return out
+
+
+def _first_comments(unit: A.Nest) -> A.Comments:
+    if unit.loops:
+        return unit.loops[0].comments
+    if unit.bracketed:
+        return unit.open_comments
+    return unit.body[0].comments if isinstance(unit.body[0], A.Equation) else A.NO_COMMENTS
+
+
+def _with_first_comments(unit: A.Nest, c: A.Comments) -> A.Nest:
+    def merge(a: A.Comments) -> A.Comments:
+        return A.Comments(c.before + a.before, a.after if a.after is not None else c.after)
+
+    if unit.loops:
+        first = unit.loops[0]
+        return replace(unit, loops=(replace(first, comments=merge(first.comments)),) + unit.loops[1:])
+    if unit.bracketed:
+        return replace(unit, open_comments=merge(unit.open_comments))
+    eq = unit.body[0]
+    return replace(unit, body=(replace(eq, comments=merge(eq.comments)),) + unit.body[1:])
 
 
 def _tidy_item(item):
