@@ -49,10 +49,17 @@ class SourceText:
 
     def __init__(self, text: str):
         self.text = text
+        # Lines end at "\n", "\r\n" or a lone "\r", as LSP counts them.
         self._line_starts = [0]
-        for i, ch in enumerate(text):
-            if ch == "\n":
-                self._line_starts.append(i + 1)
+        if "\r" not in text:
+            start = text.find("\n")
+            while start >= 0:
+                self._line_starts.append(start + 1)
+                start = text.find("\n", start + 1)
+        else:
+            for i, ch in enumerate(text):
+                if ch == "\n" or (ch == "\r" and text[i + 1 : i + 2] != "\n"):
+                    self._line_starts.append(i + 1)
 
     @property
     def line_count(self) -> int:
@@ -61,10 +68,17 @@ class SourceText:
     def line_start(self, line: int) -> int:
         return self._line_starts[line]
 
+    def _line_end(self, line: int) -> int:
+        """Offset just past the line's last character (before its break)."""
+        if line + 1 >= len(self._line_starts):
+            return len(self.text)
+        end = self._line_starts[line + 1] - 1
+        if end > self._line_starts[line] and self.text[end] == "\n" and self.text[end - 1] == "\r":
+            end -= 1
+        return end
+
     def line_text(self, line: int) -> str:
-        start = self._line_starts[line]
-        end = self._line_starts[line + 1] - 1 if line + 1 < len(self._line_starts) else len(self.text)
-        return self.text[start:end]
+        return self.text[self._line_starts[line]:self._line_end(line)]
 
     def position(self, offset: int) -> tuple[int, int]:
         """(line, column) of a character offset, clamped into the text."""
@@ -78,9 +92,7 @@ class SourceText:
             return 0
         if line >= len(self._line_starts):
             return len(self.text)
-        start = self._line_starts[line]
-        end = self._line_starts[line + 1] - 1 if line + 1 < len(self._line_starts) else len(self.text)
-        return min(start + max(0, column), end)
+        return min(self._line_starts[line] + max(0, column), self._line_end(line))
 
     def position_utf16(self, offset: int) -> tuple[int, int]:
         line, col = self.position(offset)

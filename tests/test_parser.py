@@ -499,3 +499,13 @@ def test_composite_tokens_cover_the_same_text_as_their_pieces():
     assert not any(t.kind in ("loop", "access") for t in fine)
     assert {t.start for t in composite} <= {t.start for t in fine}
     assert "".join(t.text for t in composite) == "".join(t.text for t in fine)
+
+
+def test_positions_count_crlf_and_lone_cr_line_breaks():
+    from leir.diagnostics import SourceText
+
+    for text in ("ab\ncd\n", "ab\r\ncd\r\n", "ab\rcd"):
+        source = SourceText(text)
+        assert source.line_text(0) == "ab" and source.line_text(1) == "cd"
+        assert source.position(text.index("d")) == (1, 1)
+        assert source.offset(0, 9) == 2, "a column past the end stops before the line break"
