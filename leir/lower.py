@@ -21,9 +21,12 @@ What one equation becomes (docs/leir-syntax.md, "Meaning of an equation"):
 - the value computed by the rules of ``leir.value_types``.
 
 Parameters are the inputs then the outputs, in declaration order;
-temporaries are ``T.alloc_buffer`` in their scope. ``threads_as_serial``
-lowers ``B`` loops to serial loops so that a GPU-style program runs on the
-CPU. TVM is imported inside the functions: importing this module is cheap.
+temporaries are allocated by the root block, in their scope
+(``T.sblock_alloc_buffer``: TVM's compute_at and compute_inline take a
+block that writes a buffer the root block does not allocate for an output
+block, and refuse to move it). ``threads_as_serial`` lowers ``B`` loops to
+serial loops so that a GPU-style program runs on the CPU. TVM is imported
+inside the functions: importing this module is cheap.
 """
 
 from __future__ import annotations
@@ -127,7 +130,7 @@ class _Lowering:
             self.buffers[t.name] = T.arg(t.name, T.buffer(tuple(t.shape), A.DTYPES[t.dtype]))
         for t in tensors:
             if t.role == "tmp":
-                buffer = T.alloc_buffer(tuple(t.shape), A.DTYPES[t.dtype], scope=A.SCOPES[t.scope])
+                buffer = T.sblock_alloc_buffer(tuple(t.shape), A.DTYPES[t.dtype], scope=A.SCOPES[t.scope])
                 self.buffers[t.name] = IRBuilder.name(t.name, buffer)
 
     def nest(self, nest: A.Nest, path: tuple[int, ...], loop_vars: dict[str, object]) -> None:

@@ -985,6 +985,10 @@ class _Expr:
         d = _dtype(e)
         child = e.value
         inner = _dtype(child)
+        if _kind(child) == "TensorLoad" and d == ctx and ctx != "bool":
+            # A read converts to the context by itself: ``X_{i}``, not
+            # ``f32(X_{i})``, as a person writes it (and as it lowers).
+            return self.value(child, d)
         if _kind(child) in ("TensorLoad", "IntImm", "FloatImm", "Var") or _is_index(child) or inner == "bool" or inner == d:
             # Converting a read, a literal, an index or a condition: LEIR's
             # d(x) reads x in d.

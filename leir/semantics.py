@@ -307,8 +307,30 @@ class _Analyzer:
         tensors = self.build_tensors(decls, uses)
         self.check_bounds(tensors, uses)
         self.check_init_order(tensors, equations)
+        self.check_types(tensors, equations)
         self.diags.sort(key=lambda d: (d.span.start, d.span.end))
         return Analysis(self.program, tensors, equations, self.diags)
+
+    def check_types(self, tensors: dict[str, TensorInfo], equations: list[EquationInfo]) -> None:
+        """What the typing rules (leir.value_types) give no meaning to, e.g.
+        ``exp`` in an integer equation: reported here rather than when
+        lowering refuses it."""
+        from leir import value_types
+
+        for info in equations:
+            eq = info.equation
+            t = tensors.get(eq.lhs.tensor)
+            if t is None:
+                continue
+            parts = [eq.rhs] + ([eq.predicate] if eq.predicate is not None else [])
+            for k, part in enumerate(parts):
+                context = t.dtype
+                if k == 1:  # the guard is a condition over the written dtype
+                    found = value_types.type_errors(A.Call("if_then_else", (part, A.Num(0, "0"), A.Num(0, "0"))), context, tensors)
+                else:
+                    found = value_types.type_errors(part, context, tensors)
+                for node, message in found:
+                    self.report(error(getattr(node, "span", None) or eq.span or _NO_SPAN, "type-rule", message))
 
     # ------------------------------------------------------------ declarations
 

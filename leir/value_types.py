@@ -143,3 +143,61 @@ def comparison_dtype(e: A.Binary, context: str, tensors: dict) -> str:
         if isinstance(node, A.Access):
             return tensors[node.tensor].dtype
     return "f64"
+
+
+def type_errors(e: A.Expr, context: str, tensors: dict) -> list[tuple[A.Expr, str]]:
+    """(node, message) for every part of ``e`` that these rules give no
+    meaning to, computing in ``context`` — what the checker reports before
+    lowering or evaluation would refuse the equation."""
+    found: list[tuple[A.Expr, str]] = []
+
+    def visit(node: A.Expr, dtype: str) -> None:
+        try:
+            if isinstance(node, A.Num):
+                literal(node, dtype)
+            elif isinstance(node, A.Call):
+                if node.func in A.DTYPES:  # a cast: its argument computes in the cast's dtype
+                    for arg in node.args:
+                        visit(arg, node.func)
+                    return
+                check_float_function(node.func, dtype)
+                if node.func == "if_then_else" and node.args:
+                    visit_condition(node.args[0], dtype)
+                    for arg in node.args[1:]:
+                        visit(arg, dtype)
+                    return
+            elif isinstance(node, A.Binary):
+                if node.op in COMPARISONS_AND_LOGIC:
+                    visit_condition(node, dtype)
+                    return
+                if not is_index_expr(node):
+                    check_arithmetic(node.op, dtype)
+            elif isinstance(node, A.Unary) and node.op == "-" and not is_index_expr(node):
+                check_arithmetic("-", dtype)
+        except TypeRuleError as exc:
+            found.append((node, str(exc)))
+            return
+        for child in A.children(node):
+            if not isinstance(node, A.Access):  # indices are integers, checked elsewhere
+                visit(child, dtype)
+
+    def visit_condition(node: A.Expr, dtype: str) -> None:
+        if isinstance(node, A.Binary) and node.op in ("&", "|"):
+            visit_condition(node.lhs, dtype)
+            visit_condition(node.rhs, dtype)
+        elif isinstance(node, A.Unary) and node.op == "!":
+            visit_condition(node.operand, dtype)
+        elif isinstance(node, A.Binary) and node.op in A.COMPARISONS:
+            operands = node if is_index_expr(node.lhs) and is_index_expr(node.rhs) else None
+            if operands is None:
+                inner = comparison_dtype(node, dtype, tensors)
+                visit(node.lhs, inner)
+                visit(node.rhs, inner)
+        else:
+            visit(node, dtype)
+
+    visit(e, context)
+    return found
+
+
+COMPARISONS_AND_LOGIC = A.COMPARISONS | A.LOGICAL

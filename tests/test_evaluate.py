@@ -396,16 +396,21 @@ def test_program_with_errors_is_refused():
 
 def test_float_function_in_an_integer_equation_is_refused():
     text = "in X: i32[3]\nout Y: i32[3]\nL^{3}_{i=0} [ Y_{i} = exp(X_{i}); ];"
+    analysis = analyze(parse(text).program)
+    assert [d.code for d in analysis.diagnostics if d.is_error] == ["type-rule"]
     with pytest.raises(EvaluationError, match="exp computes in floating point.*i32"):
-        run(text, X=np.zeros(3, np.int32))
+        evaluate(analysis, {"X": np.zeros(3, np.int32)})
     text = "in X: i32[3]\nout Y: i32[3]\nL^{3}_{i=0} [ Y_{i} = f32(exp(X_{i})); ];"
     np.testing.assert_array_equal(run(text, X=np.zeros(3, np.int32))["Y"], [1, 1, 1])
 
 
 def test_non_integer_literal_in_an_integer_equation_is_refused():
     text = "in X: i32[3]\nout Y: i32[3]\nL^{3}_{i=0} [ Y_{i} = X_{i}*0.5; ];"
+    analysis = analyze(parse(text).program)
+    [d] = [d for d in analysis.diagnostics if d.is_error]
+    assert d.code == "type-rule" and text[d.span.start:d.span.end] == "0.5"
     with pytest.raises(EvaluationError, match="literal 0.5 in an i32 computation"):
-        run(text, X=np.zeros(3, np.int32))
+        evaluate(analysis, {"X": np.zeros(3, np.int32)})
 
 
 def test_out_of_bounds_index_behind_a_data_dependent_guard():
