@@ -71,6 +71,14 @@ demo: install
 	  $(LEIR) convert $$f --to tvmscript > $(DEMO_OUT)/$$stem.py; \
 	  echo "TVMScript: $(DEMO_OUT)/$$stem.py"; \
 	  $(LEIR) run $$f --random-inputs 0; \
+	  $(LEIR) actions $$f --json > $(DEMO_OUT)/$$stem.actions.json; \
+	  echo "$$($(PYTHON) -c 'import json,sys; print(len(json.load(open(sys.argv[1]))))' $(DEMO_OUT)/$$stem.actions.json) steps apply"; \
+	  $(PYTHON) -c 'import json,sys; a=json.load(open(sys.argv[1])); print(json.dumps(a[len(a)//2]) if a else "")' \
+	    $(DEMO_OUT)/$$stem.actions.json > $(DEMO_OUT)/$$stem.step.json; \
+	  if [ -s $(DEMO_OUT)/$$stem.step.json ]; then \
+	    echo "apply: $$(cat $(DEMO_OUT)/$$stem.step.json | $(PYTHON) -c 'import json,sys; print(json.load(sys.stdin)["title"])')"; \
+	    $(LEIR) apply $$f --step - --verify < $(DEMO_OUT)/$$stem.step.json > $(DEMO_OUT)/$$stem.step.leir; \
+	  fi; \
 	done
 
 # pytest exits 5 when it collected no test; that is a failure here too.

@@ -308,6 +308,9 @@ class _Analyzer:
         self.check_bounds(tensors, uses)
         self.check_init_order(tensors, equations)
         self.check_types(tensors, equations)
+        # ``C += e`` is ``C = C + e`` with both accesses at one span: a check
+        # of each access would otherwise report the same problem twice.
+        self.diags = list(dict.fromkeys(self.diags))
         self.diags.sort(key=lambda d: (d.span.start, d.span.end))
         return Analysis(self.program, tensors, equations, self.diags)
 

@@ -10,7 +10,8 @@ Laws checked on generated input:
   canonical form reads back as the same program;
 - a valid program built from the grammar (random nests, loop kinds,
   affine indices, reductions, guards, functions, comments) prints in the
-  canonical and the compact form, both read back as the same tree, the
+  canonical and the compact form (``_{v}``/``C += e`` against Step-TP's
+  ``_{v=0}``/``C=C+e``), both read back as the same tree, the
   canonical text is a fixed point of formatting, and the analysis finds no
   error, before or after its inferred declarations are written out.
 
@@ -21,6 +22,7 @@ LEIR_FUZZ_EXAMPLES to run more.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -210,7 +212,9 @@ class _ProgramBuilder:
                 self.vars += 1
                 var = f"v{self.vars}"
             extent = draw(st.integers(1, 6))
-            loops.append(A.Loop(kind, extent, var, comments=self.maybe_comments()))
+            # Mostly 0 (printed ``_{v}``), sometimes not (``_{v=2}``).
+            start = 0 if kind == "B" else draw(st.sampled_from([0, 0, 0, 1, 2]))
+            loops.append(A.Loop(kind, extent, var, start, comments=self.maybe_comments()))
         return loops
 
     def nest(self, outer: tuple[A.Loop, ...], outermost: bool, depth: int) -> A.Nest:
@@ -324,8 +328,16 @@ def test_valid_program_round_trips_through_both_forms(program):
     assert parsed.ok, (canonical, parsed.diagnostics)
     assert parsed.program.units == program.units
     assert print_program(parsed.program) == canonical  # comments kept in place
+    # Canonical loop headers write the start only when it is not 0.
+    loops = [n for n in A.walk(program) if isinstance(n, A.Loop)]
+    assert [h for h in re.findall(r"\^\{\d+\}_\{([^}]*)\}", canonical)] == [
+        l.var if l.start == 0 else f"{l.var}={l.start}" for l in loops
+    ]
 
     compact = print_program(program, "compact")
+    # Step-TP's form: every loop with its start, no compound assignment.
+    assert re.findall(r"\^\{\d+\}_\{([^}]*)\}", compact) == [f"{l.var}={l.start}" for l in loops]
+    assert not re.search(r"[-+*]=", compact.replace("<=", "").replace(">=", "").replace("==", "").replace("!=", ""))
     assert "\n" not in compact and "#" not in compact
     parsed_compact = parse(compact)
     assert parsed_compact.ok, (compact, parsed_compact.diagnostics)

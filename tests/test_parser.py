@@ -210,6 +210,93 @@ def test_trailing_underscore_belongs_to_the_name():
     assert eq.lhs.tensor == "Y_"
 
 
+# -------------------------------------------------------------- short forms
+
+
+@pytest.mark.parametrize("header", ["L^{4}_{i}", "L^{4}_{i=0}", "L^{4}_{ i }", "L^{4}_{ i = 0 }"])
+def test_loop_without_a_start_starts_at_0(header):
+    # Composite loop tokens and loose pieces alike.
+    program = _clean(header + "[Y_{i}=X_{i};];").program
+    (loop,) = program.units[0].loops
+    assert (loop.kind, loop.extent, loop.var, loop.start) == ("L", 4, "i", 0)
+    assert program == _clean("L^{4}_{i=0}[Y_{i}=X_{i};];").program
+
+
+@pytest.mark.parametrize("header", ["L^{4}_{i=3}", "L^{4}_{ i = 3 }"])
+def test_loop_with_a_start(header):
+    (loop,) = _clean(header + "[Y_{i}=X_{i};];").program.units[0].loops
+    assert (loop.var, loop.start) == ("i", 3)
+
+
+@pytest.mark.parametrize("op", ["+", "-", "*"])
+@pytest.mark.parametrize(
+    "lhs, rhs, guard",
+    [
+        ("C_{i,j}", "X_{i,k}*W_{k,j}", ""),
+        ("C^{f32,g}_{i,j}", "X^{f32,g}_{i,k}", ""),
+        ("S", "exp(X_{i,k})", " where i < 2"),
+    ],
+)
+def test_compound_assignment_is_the_long_form(op, lhs, rhs, guard):
+    loops = "L^{4}_{i}L^{4}_{j}L^{4}_{k}"
+    short = _clean(f"{loops}[{lhs} {op}= {rhs}{guard};];").program
+    long = _clean(f"{loops}[{lhs} = {lhs} {op} ({rhs}){guard};];").program
+    assert short == long
+    (eq,) = _equations(short)
+    assert isinstance(eq.rhs, A.Binary) and eq.rhs.op == op and eq.rhs.lhs == eq.lhs
+
+
+def test_compound_assignment_takes_the_whole_expression_as_right_operand():
+    (eq,) = _equations(_clean("C -= a + b;").program)
+    c, a, b = A.Access("C", None), A.Access("a", None), A.Access("b", None)
+    assert eq.lhs == c
+    assert eq.rhs == A.Binary("-", c, A.Binary("+", a, b))
+    (eq,) = _equations(_clean("C *= a - b*c;").program)
+    assert eq.rhs == A.Binary("*", A.Access("C", None), A.Binary("-", a, A.Binary("*", b, A.Access("c", None))))
+    # The long form without parentheses is a different tree.
+    (eq,) = _equations(_clean("C = C - a + b;").program)
+    assert eq.rhs == A.Binary("+", A.Binary("-", c, a), b)
+
+
+def test_compound_assignment_span_covers_the_equation():
+    text = "L^{4}_{i}[C_{i} += X_{i}*2;];"
+    (eq,) = _equations(_clean(text).program)
+    at = lambda span: text[span.start : span.end]  # noqa: E731
+    assert at(eq.span) == "C_{i} += X_{i}*2;"
+    assert at(eq.rhs.span) == "C_{i} += X_{i}*2"
+    assert at(eq.rhs.lhs.span) == at(eq.lhs.span) == "C_{i}"
+    assert at(eq.rhs.rhs.span) == "X_{i}*2"
+
+
+def test_compound_operator_only_assigns():
+    text = "L^{4}_{i}[Y_{i} = X_{i} += 1;];"
+    assert [code for code, _, _ in _ranges(text, parse(text))] == ["expected-token"]
+    assert _ranges(text, parse(text))[0][2] == "+="
+
+
+@pytest.mark.parametrize(
+    "text, ops",
+    [
+        ("L^{4}_{i=0}[C^{f32,g}_{i}=C^{f32,g}_{i}+-1;];", ["=", "+", "-"]),
+        ("L^{4}_{i=0}[C^{f32,g}_{i}=C^{f32,g}_{i}*-1;];", ["=", "*", "-"]),
+        ("L^{4}_{i=0}[C^{f32,g}_{i}=C^{f32,g}_{i}--1;];", ["=", "-", "-"]),
+        ("L^{4}_{i=0}[Y^{f32,g}_{i}=X^{f32,g}_{i}**-2;];", ["=", "**", "-"]),
+        ("L^{4}_{i=0}[Y^{f32,g}_{i}=X^{f32,g}_{i}**2*X^{f32,g}_{i};];", ["=", "**", "*"]),
+        ("L^{4}_{i=0}[Y^{f32,g}_{i}=-X^{f32,g}_{i};];", ["=", "-"]),
+        ("L^{4}_{i=0}[Y^{f32,g}_{i}=X^{f32,g}_{i} where i>=-1&i<=2|i==-1|i!=3;];", ["=", ">=", "-", "&", "<=", "|", "==", "-", "|", "!="]),
+    ],
+)
+def test_step_tp_operators_are_not_read_as_compound_assignments(text, ops):
+    body = text.index("[")  # past the loop header's own ``=``
+    for composite in (True, False):
+        tokens = [t for t in tokenize(text, composite) if t.start > body]
+        assert [t.text for t in tokens if t.kind == "op" and t.text not in "[];{}_^,"] == ops
+    program = _clean(text).program
+    assert print_program(program, "compact") == text
+    (eq,) = _equations(program)
+    assert eq.lhs.tensor in ("C", "Y")
+
+
 # -------------------------------------------------------------------- spans
 
 

@@ -23,10 +23,10 @@ in  X: f32[512,128]
 in  W: f32[128,256]
 out C: f32[512,256]
 
-L^{512}_{i=0}
-  L^{256}_{j=0}
-    L^{128}_{k=0} [
-      C_{i,j} = C_{i,j} + X_{i,k}*W_{k,j};
+L^{512}_{i}
+  L^{256}_{j}
+    L^{128}_{k} [
+      C_{i,j} += X_{i,k}*W_{k,j};
     ];
 """
 
@@ -41,11 +41,11 @@ out Y: f32[4]
 tmp T: f32[4] @s  # in shared memory
 
 # before the first loop
-L^{4}_{i=0}  # trailing on an outer loop
+L^{4}_{i}  # trailing on an outer loop
   # before an inner loop
-  L^{8}_{j=0} [  # trailing on the line that opens the body
+  L^{8}_{j} [  # trailing on the line that opens the body
     # before an equation
-    T_{i} = T_{i} + X_{i,j}*W_{j};  # trailing on an equation
+    T_{i} += X_{i,j}*W_{j};  # trailing on an equation
     # at the end of a body
   ];  # trailing on the closing bracket
 
@@ -56,9 +56,9 @@ S = 0;  # trailing on a bare equation
   Y_{0} = T_{0};
 ];
 
-L^{4}_{i=0} [
+L^{4}_{i} [
   # before a nested nest
-  L^{2}_{j=0} [
+  L^{2}_{j} [
     Y_{i} = T_{i}*2;
   ];  # trailing on a nested closing bracket
   # at the end of an outer body
@@ -72,8 +72,8 @@ GUARDED = """\
 in  X: f32[100]
 out Y: f32[100]
 
-L^{4}_{io=0}
-  L^{32}_{ii=0} [
+L^{4}_{io}
+  L^{32}_{ii} [
     Y_{io*32+ii} = X_{io*32+ii}*2 where io*32 + ii < 100;
   ];
 """
@@ -81,8 +81,8 @@ L^{4}_{io=0}
 SCALARS = """\
 S = 0;
 
-L^{64}_{i=0} [
-  S = S + X^{f32,g}_{i};
+L^{64}_{i} [
+  S += X^{f32,g}_{i};
 ];
 """
 
@@ -194,19 +194,21 @@ def test_compact_form_reads_back_as_the_same_program(text):
 
 
 def test_canonical_layout_of_step_tp_text():
+    # Layout only: print_program keeps the superscripts (leir.format's
+    # canonical_program is what moves them into declarations).
     assert _canonical(MESSY_TEXTS["step_tp_matmul"]) == """\
-B^{512}_{tx=0}
-  L^{256}_{a=0}
-    L^{128}_{k=0} [
-      C^{f32,g}_{tx,a} = C^{f32,g}_{tx,a} + X^{f32,g}_{tx,k}*W^{f32,g}_{k,a};
+B^{512}_{tx}
+  L^{256}_{a}
+    L^{128}_{k} [
+      C^{f32,g}_{tx,a} += X^{f32,g}_{tx,k}*W^{f32,g}_{k,a};
     ];
 """
 
 
 def test_canonical_layout_of_nested_nests():
     assert _canonical(MESSY_TEXTS["nested"]) == """\
-L^{4}_{i=0} [
-  L^{3}_{j=0} [
+L^{4}_{i} [
+  L^{3}_{j} [
     A_{i,j} = X_{i,j};
   ];
   [
@@ -221,11 +223,57 @@ def test_redundant_parentheses_and_spaces_are_dropped():
     assert _canonical(MESSY_TEXTS["odd_spacing"]) == """\
 in  X: f32[4,4]
 
-L^{4}_{i=0}
-  L^{4}_{j=0} [
+L^{4}_{i}
+  L^{4}_{j} [
     Y_{i,j} = X_{i,j};
   ];
 """
+
+
+# --------------------------------------------------------------- short forms
+
+
+def test_loop_starting_at_0_prints_without_its_start_and_others_with_it():
+    text = "L^{4}_{i=0}L^{8}_{j=3}[Y_{i,j}=X_{i,j};];"
+    assert _canonical(text) == "L^{4}_{i}\n  L^{8}_{j=3} [\n    Y_{i,j} = X_{i,j};\n  ];\n"
+    assert _canonical("L^{4}_{i}L^{8}_{j=3}[Y_{i,j}=X_{i,j};];") == _canonical(text)
+    assert print_program(_program(_canonical(text)), "compact") == text
+
+
+@pytest.mark.parametrize("op", ["+", "-", "*"])
+def test_accumulation_prints_as_compound_assignment(op):
+    short = f"L^{{4}}_{{i}}\n  L^{{8}}_{{j}} [\n    C_{{i}} {op}= exp(X_{{i,j}}) where j < 5;\n  ];\n"
+    assert _canonical(f"L^{{4}}_{{i=0}}L^{{8}}_{{j=0}}[C_{{i}}=C_{{i}}{op}exp(X_{{i,j}}) where j<5;];") == short
+    assert _canonical(short) == short
+    # The compact form is Step-TP's: the long form, loops with their start.
+    assert print_program(_program(short), "compact") == (
+        f"L^{{4}}_{{i=0}}L^{{8}}_{{j=0}}[C_{{i}}=C_{{i}}{op}exp(X_{{i,j}}) where j<5;];"
+    )
+
+
+@pytest.mark.parametrize(
+    "text, printed",
+    [
+        # The whole right operand follows the operator.
+        ("C = C - (a + b);", "C -= a + b;"),
+        ("C = C*(a + b);", "C *= a + b;"),
+        ("C = C + (a < b);", "C += a < b;"),
+        ("C = C + -a;", "C += -a;"),
+        ("C^{f32,g}_{0} = C^{f32,g}_{0} + a;", "C^{f32,g}_{0} += a;"),
+        # Not an accumulation of the whole right-hand side: the long form.
+        ("C = C - a + b;", "C = C - a + b;"),
+        ("C = C*a + b;", "C = C*a + b;"),
+        ("C = a + C;", "C = a + C;"),
+        ("C = C/a;", "C = C/a;"),
+        ("C = max(C, a);", "C = max(C, a);"),
+        ("C_{0} = C_{1} + a;", "C_{0} = C_{1} + a;"),
+        ("C_{0} = C^{f32}_{0} + a;", "C_{0} = C^{f32}_{0} + a;"),
+    ],
+)
+def test_compound_assignment_only_for_the_whole_right_operand(text, printed):
+    assert _canonical(text) == printed + "\n"
+    # and it reads back as the same tree
+    assert _program(printed).units == _program(text).units
 
 
 # --------------------------------------------------------------- parentheses
@@ -315,7 +363,10 @@ def test_compact_form_keeps_guards():
 def test_declarations_and_loop_headers():
     assert decl_text(A.Decl("in", "X", "f32", (512, 128))) == "in  X: f32[512,128]"
     assert decl_text(A.Decl("tmp", "acc", "f32", (), "l")) == "tmp acc: f32 @l"
-    assert loop_header(A.Loop("B", 32, "tx")) == "B^{32}_{tx=0}"
+    assert loop_header(A.Loop("B", 32, "tx")) == "B^{32}_{tx}"
+    assert loop_header(A.Loop("B", 32, "tx"), compact=True) == "B^{32}_{tx=0}"
+    assert loop_header(A.Loop("L", 8, "j", 3)) == "L^{8}_{j=3}"
+    assert loop_header(A.Loop("L", 8, "j", 3), compact=True) == "L^{8}_{j=3}"
 
 
 def test_unknown_style_is_refused():

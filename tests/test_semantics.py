@@ -174,11 +174,16 @@ def test_rank_conflict_with_the_declaration():
     assert _related(text, _only(text, "rank-conflict")) == [("declared with rank 2 here", "X")]
 
 
-def test_missing_dtype_is_a_warning_at_the_first_access():
-    text = "L^{4}_{i=0}[Y_{i}=X^{f32}_{i};];"
-    assert _diagnostics(text) == [("missing-dtype", "1:13", "Y")]
-    assert _severity(text, "missing-dtype") == "warning"
-    assert analyze(parse(text).program).tensors["Y"].dtype == "f32"
+def test_undeclared_unsuperscripted_tensor_is_f32_in_global_memory_silently():
+    # The documented default, which keeps files short: no diagnostic.
+    text = "L^{4}_{i}[Y_{i}=X^{f16,s}_{i};];"
+    assert _diagnostics(text) == []
+    tensors = _analysis(text).tensors
+    assert (tensors["Y"].dtype, tensors["Y"].scope, tensors["Y"].declared) == ("f32", "g", False)
+    assert (tensors["X"].dtype, tensors["X"].scope) == ("f16", "s")
+    # With no superscript anywhere either, inputs too.
+    tensors = _analysis("L^{4}_{i}[C_{i} += X_{i};];").tensors
+    assert {n: (t.dtype, t.scope, t.role) for n, t in tensors.items()} == {"C": ("f32", "g", "out"), "X": ("f32", "g", "in")}
 
 
 def test_unused_tensor_is_a_warning_at_its_declaration():
@@ -281,6 +286,17 @@ def test_repeated_write_is_not_reported_when_a_guard_picks_one_iteration():
 def test_index_out_of_bounds_of_a_declared_shape():
     assert _diagnostics(CONV1D_SHORT_INPUT) == [("index-out-of-bounds", "7:24", "y+r")]
     assert "0..9" in _only(CONV1D_SHORT_INPUT, "index-out-of-bounds").message
+
+
+def test_compound_assignment_reports_a_problem_of_its_access_once():
+    # ``O += e`` reads and writes O at one place: one diagnostic, where the
+    # long form has one at each of its two accesses.
+    short = CONV1D_SHORT_INPUT.replace("out O: f32[8]", "out O: f32[7]").replace("O_{y} = O_{y} +", "O_{y} +=")
+    assert _diagnostics(short) == [("index-out-of-bounds", "7:8", "y"), ("index-out-of-bounds", "7:17", "y+r")]
+    long = CONV1D_SHORT_INPUT.replace("out O: f32[8]", "out O: f32[7]")
+    assert [code for code, _, _ in _diagnostics(long)] == ["index-out-of-bounds"] * 3
+    text = "in  X: f32[4]\nout C: f32[4]\n\nL^{4}_{i} [\n  C^{f16}_{i} += X_{i};\n];\n"
+    assert _diagnostics(text) == [("dtype-conflict", "5:3", "C^{f16}_{i}")]
 
 
 def test_index_out_of_bounds_not_reported_when_the_declared_shape_fits():

@@ -16,6 +16,7 @@ from types import ModuleType
 from leir import ast as A
 from leir.semantics import Analysis, analyze
 from leir.transforms import split
+from leir.transforms import reorder
 from leir.transforms.base import (
     BadStep,
     Candidate,
@@ -36,6 +37,7 @@ from leir.transforms.verify import Verification, verify
 ALL: tuple[ModuleType, ...] = (
     # --- loop
     split,
+    reorder,
     # --- memory
     # --- operator
     # --- algebraic

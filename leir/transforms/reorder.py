@@ -1,0 +1,504 @@
+"""Swap two directly nested loops.
+
+Interchanging loops changes which index varies fastest: putting the loop
+that walks the last dimension of the tensors innermost turns strided
+accesses into contiguous ones, and moving a reduction loop outward (``k``
+outside ``j`` in a matrix multiply) lets the inner loop stream a row while
+the accumulators stay put. It is also how a parallel loop gets outermost.
+
+The two loops keep their kinds (a parallel loop stays parallel). Swapping
+them reorders the iterations of the pair; it is legal when no element is
+accessed, with a write among the accesses, by two iterations that the swap
+runs in the opposite order. Accumulating into a reduction (``+=``, ``*=``,
+``max``, ``min``) in another order is allowed: the combiner is associative
+and commutative, and the result differs at most by rounding.
+
+It requires: the inner loop directly inside the outer one and the only
+thing in its body (no equation or other loop beside it); neither loop bound
+to a GPU thread; the inner loop not vectorized (a vectorized loop stays
+innermost); when the inner loop is parallel, that its iterations still
+write different elements once the outer loop runs inside it; and no
+element accessed, with a write among the accesses, by two iterations whose
+order the swap reverses (a reduction's own accumulation excepted).
+
+Example: move the reduction loop outward
+
+    step: {"block": "C", "loops": ["j", "k"]}
+
+    before:
+    L^{64}_{i}
+      L^{32}_{j}$0
+        L^{128}_{k} [
+          C_{i,j} += X_{i,k}*W_{k,j};
+        ];
+
+    after:
+    L^{64}_{i}
+      L^{128}_{k}
+        L^{32}_{j} [
+          C_{i,j} += X_{i,k}*W_{k,j};
+        ];
+
+Example: a parallel loop moves outermost
+
+    step: {"block": "Y", "loops": ["j", "i"]}
+
+    before:
+    L^{96}_{j}$0
+      P^{128}_{i} [
+        Y_{i,j} = X_{j,i};
+      ];
+
+    after:
+    P^{128}_{i}
+      L^{96}_{j} [
+        Y_{i,j} = X_{j,i};
+      ];
+
+Example: a recurrence along j is refused
+
+    step: {"block": "Y_1", "loops": ["i", "j"]}
+
+    before:
+    L^{16}_{j} [
+      Y_{0,j} = X_{0,j};
+    ];
+
+    L^{15}_{i}$0
+      L^{15}_{j} [
+        Y_{i+1,j} = Y_{i,j+1} + X_{i+1,j};
+      ];
+
+    refused: reorder-dependence
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from leir import affine
+from leir import ast as A
+from leir.semantics import EquationInfo
+from leir.transforms.base import (
+    BadStep,
+    Candidate,
+    Context,
+    LoopSite,
+    NotApplicable,
+    Step,
+    str_arg,
+    tvm_loop,
+)
+
+ID = "reorder"
+TITLE = "Reorder loops"
+#: The Step-TP strategy this is (dataset exports use it).
+STEPTP = "loop_reorder"
+
+
+class LoopsNotNested(NotApplicable):
+    code = "reorder-loops-not-nested"
+
+
+class NotOnlyChild(NotApplicable):
+    code = "reorder-not-only-child"
+
+
+class ThreadBound(NotApplicable):
+    code = "reorder-thread-bound"
+
+
+class VectorOutward(NotApplicable):
+    code = "reorder-vector-outward"
+
+
+class ParallelRace(NotApplicable):
+    code = "reorder-parallel-race"
+
+
+class DependenceReversed(NotApplicable):
+    code = "reorder-dependence"
+
+
+_KIND_NAME = {"L": "serial", "P": "parallel", "V": "vectorized", "U": "unrolled", "B": "thread-bound"}
+
+
+def candidates(ctx: Context, at: int | None) -> list[Candidate]:
+    out = []
+    for outer, inner in loop_pairs(ctx, at):
+        if _refusal(ctx, outer, inner) is not None:
+            continue
+        args = {"block": ctx.block_names[inner.equations[0]], "loops": [outer.loop.var, inner.loop.var]}
+        out.append(Candidate(Step(ID, args), f"Swap loops {outer.loop.var} and {inner.loop.var}", pair_span(outer, inner)))
+    return out
+
+
+def check(ctx: Context, args: dict) -> None:
+    outer, inner = pair_arg(ctx, args, ID)
+    refusal = _refusal(ctx, outer, inner)
+    if refusal is not None:
+        raise refusal
+
+
+def schedule(sch, ctx: Context, args: dict) -> None:
+    outer, inner = (tvm_loop(sch, args["block"], var) for var in args["loops"])
+    sch.reorder(inner, outer)
+
+
+def reorder(program, block: str, loops: list[str]):
+    """Apply a reorder (see the module docstring) and return the new program."""
+    from leir.transforms import apply
+
+    return apply(program, Step(ID, {"block": block, "loops": list(loops)}))
+
+
+def _refusal(ctx: Context, outer: LoopSite, inner: LoopSite) -> NotApplicable | None:
+    refusal = nesting_refusal(ctx, outer, inner, LoopsNotNested, NotOnlyChild, "swapped")
+    if refusal is not None:
+        return refusal
+    a, b = outer.loop, inner.loop
+    bound = [l for l in (a, b) if l.kind == "B"]
+    if bound:
+        l = bound[0]
+        other = b if l is a else a
+        return ThreadBound(
+            f"loop {l.var} is bound to a GPU thread",
+            f"{l.var} is bound to a GPU thread: all its iterations run at once, so swapping it with {other.var} "
+            f"would not change the order of any thread's work (and a loop moved above the outermost bound loop "
+            f"would launch the kernel once per iteration); swap serial loops inside the bound ones instead",
+            l.span,
+        )
+    if b.kind == "V":
+        return VectorOutward(
+            f"loop {b.var} is vectorized",
+            f"a vectorized loop stays innermost: with {a.var} inside it, TVM would vectorize {a.var}'s body across "
+            f"{b.var}, one vector operation per iteration of {a.var}; swap before vectorizing",
+            b.span,
+        )
+    if b.kind == "P":
+        race = parallel_race(ctx, outer, inner)
+        if race is not None:
+            return ParallelRace(
+                f"parallel loop {b.var} would race outside {a.var}",
+                f"with {a.var} inside it, different iterations of parallel loop {b.var} {race}; "
+                f"keep {b.var} inside {a.var}, or make it serial before swapping",
+                b.span,
+            )
+    conflict = order_conflict(ctx, outer, inner)
+    if conflict is not None:
+        return DependenceReversed(
+            f"swapping {a.var} and {b.var} reverses a dependence on {conflict.tensor}",
+            f"loops {a.var} and {b.var} cannot be swapped: {conflict.describe(a.var, b.var)}",
+            conflict.span or pair_span(outer, inner),
+        )
+    return None
+
+
+# --------------------------------------------------------- pairs of loops
+# Shared with tile and fuse, which act on the same kind of pair.
+
+
+def pair_arg(ctx: Context, args: dict, step_id: str) -> tuple[LoopSite, LoopSite]:
+    """The loops named by ``args["block"]`` and ``args["loops"]`` (outer
+    first)."""
+    block = str_arg(args, "block", step_id)
+    loops = args.get("loops")
+    if (not isinstance(loops, list) or len(loops) != 2 or not all(isinstance(v, str) and v for v in loops)
+            or loops[0] == loops[1]):
+        raise BadStep(f"{step_id}: \"loops\" is [outer, inner], two different loop names; got {loops!r}")
+    return ctx.loop_site(block, loops[0]), ctx.loop_site(block, loops[1])
+
+
+def child_loops(ctx: Context, site: LoopSite) -> list[LoopSite]:
+    """The loops directly inside ``site``'s loop."""
+    return [s for s in ctx.loop_sites if s.outer and s.depth == site.depth + 1 and s.outer[-1] is site.loop]
+
+
+def only_child(ctx: Context, site: LoopSite) -> LoopSite | None:
+    """The loop directly inside ``site``'s loop when it is all its body
+    holds."""
+    if site.position + 1 < len(site.nest.loops):
+        nested = site.nest
+    else:
+        nested = _whole_body_nest(site.nest)
+        if nested is None:
+            return None
+    for s in child_loops(ctx, site):
+        if s.nest is nested and s.position == (site.position + 1 if nested is site.nest else 0):
+            return s
+    return None
+
+
+def _whole_body_nest(nest: A.Nest) -> A.Nest | None:
+    """The nest with loops that is the whole body of ``nest`` (looking
+    through brackets without loops, which lower to nothing), or None."""
+    body = nest.body
+    while len(body) == 1 and isinstance(body[0], A.Nest):
+        if body[0].loops:
+            return body[0]
+        body = body[0].body
+    return None
+
+
+def loop_pairs(ctx: Context, at: int | None) -> list[tuple[LoopSite, LoopSite]]:
+    """Loops with their only child that a cursor selects: pairs with a
+    selected loop as the outer or the inner one, outermost first."""
+    selected = ctx.loops_at(at)
+    parent_of = {}
+    for site in ctx.loop_sites:
+        child = only_child(ctx, site)
+        if child is not None:
+            parent_of[id(child.loop)] = site
+    pairs: dict[int, tuple[LoopSite, LoopSite]] = {}
+    for site in selected:
+        child = only_child(ctx, site)
+        if child is not None:
+            pairs[id(site.loop)] = (site, child)
+        parent = parent_of.get(id(site.loop))
+        if parent is not None and at is not None:
+            pairs[id(parent.loop)] = (parent, site)
+    order = {id(s.loop): k for k, s in enumerate(ctx.loop_sites)}
+    return sorted(pairs.values(), key=lambda p: order[id(p[0].loop)])
+
+
+def pair_span(outer: LoopSite, inner: LoopSite):
+    if outer.loop.span is None:
+        return inner.loop.span
+    return outer.loop.span.cover(inner.loop.span)
+
+
+def nesting_refusal(ctx: Context, outer: LoopSite, inner: LoopSite, not_nested: type[NotApplicable],
+                    not_only_child: type[NotApplicable], done: str) -> NotApplicable | None:
+    """Why ``inner`` is not the only child of ``outer`` (None when it is).
+    ``done`` says what would be done to them ("swapped", "fused")."""
+    a, b = outer.loop, inner.loop
+    if not (inner.outer and inner.depth == outer.depth + 1 and inner.outer[-1] is a):
+        if outer.outer and any(l is b for l in outer.outer):
+            detail = f"{b.var} encloses {a.var}: name the outer loop first ([\"{b.var}\", \"{a.var}\"])"
+        else:
+            detail = f"{b.var} is not the loop directly inside {a.var}"
+        return not_nested(f"loop {b.var} is not directly inside loop {a.var}",
+                          f"only two directly nested loops are {done}: {detail}", b.span)
+    if only_child(ctx, outer) is not inner:
+        return not_only_child(
+            f"loop {a.var} holds more than loop {b.var}",
+            f"loops {a.var} and {b.var} are {done} only when {b.var} is all that {a.var}'s body holds: "
+            f"the other statements in {a.var} would have to move with {b.var}; split them into a nest of their own first",
+            a.span)
+    return None
+
+
+# ------------------------------------------------------------ dependences
+
+
+@dataclass(frozen=True)
+class _Use:
+    """One access of a tensor by an equation under a pair of loops."""
+
+    access: A.Access
+    info: EquationInfo
+    write: bool
+
+    @property
+    def accumulates(self) -> bool:
+        """The written element or its read in a reduction shape."""
+        return self.info.combiner is not None and self.access.tensor == self.info.equation.lhs.tensor
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """Two accesses of one element that the transformation would run in the
+    other order (``witness``: the loop values of each and the element), or
+    whose order it could not prove kept (``witness`` None)."""
+
+    tensor: str
+    first: _Use
+    second: _Use
+    witness: tuple[tuple[int, int], tuple[int, int], tuple[int, ...]] | None
+
+    @property
+    def span(self):
+        return self.second.access.span or self.first.access.span
+
+    def describe(self, a: str, b: str) -> str:
+        x, y = _use_text(self.first), _use_text(self.second)
+        if self.witness is None:
+            return (f"could not prove that {x} and {y} never touch the same element of {self.tensor} in iterations "
+                    f"that the transformation runs in the other order (an index is not affine or there are too many "
+                    f"iterations to enumerate)")
+        (a1, b1), (a2, b2), element = self.witness
+        where = f"element ({', '.join(map(str, element))})" if element else "the scalar"
+        return (f"{x} at {a}={a1}, {b}={b1} and {y} at {a}={a2}, {b}={b2} both touch {where} of {self.tensor}; "
+                f"{a} before {b} runs them in one order, {b} before {a} in the other")
+
+
+def _use_text(use: _Use) -> str:
+    from leir.lower import equation_text
+    from leir.printer import print_expr
+
+    if use.write:
+        return f"the write {equation_text(use.info.equation)}"
+    access = print_expr(use.access, declared=frozenset({use.access.tensor}))
+    return f"the read of {access} in {equation_text(use.info.equation)}"
+
+
+def _uses(info: EquationInfo) -> list[_Use]:
+    eq = info.equation
+    out = [_Use(eq.lhs, info, True)]
+    for part in (eq.rhs, eq.predicate):
+        if part is not None:
+            out.extend(_Use(n, info, False) for n in A.walk(part) if isinstance(n, A.Access))
+    return out
+
+
+def order_conflict(ctx: Context, outer: LoopSite, inner: LoopSite) -> Conflict | None:
+    """Two accesses of the same element, one of them a write, by
+    iterations of the pair (outer, inner) in opposite directions
+    (``outer`` earlier and ``inner`` later in one, the reverse in the
+    other): swapping or tiling the pair would run them in the other order.
+    Accumulations of one reduction into its element are exempt."""
+    infos = [ctx.analysis.equations[k] for k in inner.equations]
+    uses = [u for info in infos for u in _uses(info)]
+    written = {u.access.tensor for u in uses if u.write}
+    by_tensor: dict[str, list[_Use]] = {}
+    for u in uses:
+        if u.access.tensor in written:
+            by_tensor.setdefault(u.access.tensor, []).append(u)
+    a, b = outer.loop, inner.loop
+
+    def opposite(p, q):
+        return (p[0] - q[0]) * (p[1] - q[1]) < 0
+
+    for tensor, tensor_uses in by_tensor.items():
+        for k, x in enumerate(tensor_uses):
+            for y in tensor_uses[k:]:
+                if not (x.write or y.write):
+                    continue
+                if x.info is y.info and x.accumulates and y.accumulates:
+                    continue  # reassociating a reduction
+                if _same_affine_element_pins(x, y, outer, (a.var, b.var)):
+                    continue
+                found = _find_pair(x, y, outer, a, b, opposite)
+                if found != ():
+                    return Conflict(tensor, x, y, found)
+    return None
+
+
+def parallel_race(ctx: Context, outer: LoopSite, inner: LoopSite) -> str | None:
+    """With the inner loop moved outside the outer one, whether two of its
+    iterations write the same element (a description of the race), for a
+    parallel inner loop."""
+    a, b = outer.loop, inner.loop
+    for k in inner.equations:
+        info = ctx.analysis.equations[k]
+        w = _Use(info.equation.lhs, info, True)
+        if _same_affine_element_pins(w, w, outer, (b.var,)):
+            continue
+        found = _find_pair(w, w, outer, a, b, lambda p, q: p[1] != q[1])
+        if found is None:
+            return f"may write the same element of {w.access.tensor} (could not prove they do not)"
+        if found != ():
+            (_, b1), (_, b2), element = found
+            where = f"element ({', '.join(map(str, element))})" if element else "the scalar"
+            return f"write {where} of {w.access.tensor} ({b.var}={b1} and {b.var}={b2})"
+    return None
+
+
+def _inner_loops(use: _Use, outer: LoopSite) -> tuple[A.Loop, ...]:
+    """The loops of the pair and those inside it, around ``use``."""
+    return use.info.loops[outer.depth:]
+
+
+def _same_affine_element_pins(x: _Use, y: _Use, outer: LoopSite, pinned_any: tuple[str, ...]) -> bool:
+    """Whether two accesses with the same affine indices can only reach the
+    same element with equal values of one of the loops ``pinned_any``
+    (the loops outside the pair are equal at both; those of the pair and
+    inside it are free). A proof when True; False proves nothing."""
+    if x.access.indices != y.access.indices:
+        return False
+    forms = [affine.linearize(i) for i in x.access.indices or ()]
+    if any(f is None for f in forms):
+        return False
+    ranges: dict[str, affine.Range] = {}
+    for loop in _inner_loops(x, outer) + _inner_loops(y, outer):
+        lo, hi = loop.start, loop.start + loop.extent - 1
+        if loop.var in ranges:  # the same name in two nests: cover both
+            lo, hi = min(lo, ranges[loop.var][0]), max(hi, ranges[loop.var][1])
+        ranges[loop.var] = (lo, hi)
+    return any(affine.separates(forms, var, ranges) for var in pinned_any)
+
+
+#: Most iteration points enumerated per access, and pairs of points
+#: compared, when the cheap proof does not apply.
+MAX_POINTS = 1 << 16
+MAX_PAIRS = 1 << 20
+
+
+def _find_pair(x: _Use, y: _Use, outer: LoopSite, a: A.Loop, b: A.Loop, related):
+    """Iterations ``p`` of ``x`` and ``q`` of ``y`` with equal values of the
+    loops outside the pair that reach the same element and for which
+    ``related((a_p, b_p), (a_q, b_q))`` holds, as ``((a_p, b_p), (a_q, b_q),
+    element)``; ``()`` when there are none; None when they cannot be
+    enumerated."""
+    import numpy as np
+
+    outer_loops = outer.outer
+    names = set()
+    for use in (x, y):
+        for index in use.access.indices or ():
+            names |= affine.index_vars(index)
+        if use.info.equation.predicate is not None:
+            names |= affine.index_vars(use.info.equation.predicate)
+    shared = [l for l in outer_loops if l.var in names]
+    sides = []
+    for use in (x, y):
+        own = set()
+        for index in use.access.indices or ():
+            own |= affine.index_vars(index)
+        guard = use.info.equation.predicate
+        if guard is not None:
+            own |= affine.index_vars(guard)
+        rest = [l for l in _inner_loops(use, outer)[2:] if l.var in own]
+        loops = shared + [a, b] + rest
+        if affine.Space.size_of(loops) > MAX_POINTS:
+            return None
+        space = affine.Space(loops)
+        columns = [space.full(space.axes[l.var]) for l in shared]
+        for index in use.access.indices or ():
+            values = space.evaluate(index)
+            if values is None:
+                return None
+            columns.append(space.full(values))
+        keys = np.stack(columns, axis=1) if columns else np.zeros((space.size, 0), dtype=np.int64)
+        pair = np.stack([space.full(space.axes[a.var]), space.full(space.axes[b.var])], axis=1)
+        if guard is not None:
+            mask = space.evaluate(guard)
+            if mask is not None:  # a guard that reads tensors: every iteration may run
+                mask = space.full(mask).astype(bool)
+                keys, pair = keys[mask], pair[mask]
+        sides.append((keys, pair))
+    (keys1, pair1), (keys2, pair2) = sides
+    if len(keys1) == 0 or len(keys2) == 0:
+        return ()
+    _, group = np.unique(np.concatenate([keys1, keys2]), axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    g1, g2 = group[: len(keys1)], group[len(keys1):]
+    counts1 = np.bincount(g1, minlength=group.max() + 1)
+    per_y = counts1[g2]
+    total = int(per_y.sum())
+    if total > MAX_PAIRS:
+        return None
+    if total == 0:
+        return ()
+    order1 = np.argsort(g1, kind="stable")
+    starts1 = np.cumsum(counts1) - counts1
+    y_idx = np.repeat(np.arange(len(g2)), per_y)
+    offsets = np.arange(total) - np.repeat(np.cumsum(per_y) - per_y, per_y)
+    x_idx = order1[starts1[g2[y_idx]] + offsets]
+    p, q = pair1[x_idx], pair2[y_idx]
+    hits = np.nonzero(related((p[:, 0], p[:, 1]), (q[:, 0], q[:, 1])))[0]
+    if hits.size == 0:
+        return ()
+    h = hits[0]
+    element = tuple(int(v) for v in keys1[x_idx[h]][len(shared):])
+    return (int(p[h, 0]), int(p[h, 1])), (int(q[h, 0]), int(q[h, 1])), element
