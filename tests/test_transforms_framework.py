@@ -62,7 +62,7 @@ def test_loops_are_named_by_block_because_loop_names_repeat():
 def test_cursor_on_a_loop_header_selects_that_loop_only():
     text = SOFTMAX
     at = text.index("L^{10}_{j} [\n    Z") + 3
-    found = candidates(analysis(text), at)
+    found = candidates(analysis(text), at, only=("split",))
     assert found and {(c.step.args["block"], c.step.args["loop"]) for c in found} == {("Z", "j")}
 
 
