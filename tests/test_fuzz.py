@@ -8,12 +8,14 @@ Laws checked on generated input:
   every diagnostic's range lies inside the text;
 - any text that parses without errors formats idempotently, and its
   canonical form reads back as the same program;
-- a valid program built from the grammar (random nests, loop kinds,
-  affine indices, reductions, guards, functions, comments) prints in the
-  canonical and the compact form (``_{v}``/``C += e`` against Step-TP's
-  ``_{v=0}``/``C=C+e``), both read back as the same tree, the
-  canonical text is a fixed point of formatting, and the analysis finds no
-  error, before or after its inferred declarations are written out.
+- a valid program built from the grammar (random nests, loop kinds and
+  starts, f32 and f16 tensors, affine indices, reductions, guards,
+  functions, comments) prints in the canonical and the compact form
+  (``_{v}`` and ``C += e`` there, Step-TP's ``_{v=0}`` and ``C=C+e``
+  here), both read back as the same tree, the canonical text is a fixed
+  point of formatting, and the analysis finds no error, before or after
+  its inferred declarations are written out or it is put in the (minimal)
+  canonical form that ``leir fmt`` prints.
 
 Each property runs 250 examples (the file takes about ten seconds); set
 LEIR_FUZZ_EXAMPLES to run more.
@@ -29,6 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leir import ast as A
+from leir.format import canonical_program
 from leir.lexer import tokenize
 from leir.parser import parse
 from leir.printer import print_program
@@ -176,6 +179,7 @@ class _ProgramBuilder:
         self.draw = draw
         self.vars = 0
         self.written: dict[str, int] = {}  # name -> rank
+        self.dtypes: dict[str, str] = {}  # name -> dtype, drawn at first use
         self.comments = 0
 
     def comment(self) -> str:
@@ -254,7 +258,14 @@ class _ProgramBuilder:
 
     def access(self, name: str, rank: int, loops: tuple[A.Loop, ...]) -> A.Access:
         indices = None if rank == 0 else tuple(self.index(loops) for _ in range(rank))
-        return A.Access(name, indices, "f32", "g")
+        return A.Access(name, indices, self.dtype(name), "g")
+
+    def dtype(self, name: str) -> str:
+        """Mostly the default f32, sometimes f16 (which a canonical file
+        must declare)."""
+        if name not in self.dtypes:
+            self.dtypes[name] = self.draw(st.sampled_from(["f32", "f32", "f16"]))
+        return self.dtypes[name]
 
     def condition(self, loops: tuple[A.Loop, ...], depth: int) -> A.Expr:
         draw = self.draw
@@ -298,7 +309,7 @@ class _ProgramBuilder:
         reduced = {l.var for l in reducible if draw(st.booleans())}
         spatial = [l for l in loops if l.var not in reduced]
         name = f"T{len(self.written)}"
-        lhs = A.Access(name, tuple(A.Var(l.var) for l in spatial) or None, "f32", "g")
+        lhs = A.Access(name, tuple(A.Var(l.var) for l in spatial) or None, self.dtype(name), "g")
         operand = self.value(loops, draw(st.integers(0, 3)))
         if reduced or draw(st.integers(0, 3)) == 0:
             shape = draw(st.sampled_from(["+", "+r", "-", "*", "max", "min"]))
@@ -364,6 +375,18 @@ def test_valid_program_analyses_without_errors(program):
     assert [(e.kind, e.combiner, e.spatial, e.reduce_axes) for e in again.equations] == [
         (e.kind, e.combiner, e.spatial, e.reduce_axes) for e in analysis.equations
     ]
+
+    # So does the canonical form (what ``leir fmt`` prints), full or minimal:
+    # superscripts become declarations where inference needs them.
+    for minimal in (False, True):
+        formatted = print_program(canonical_program(analysis, minimal=minimal))
+        reread = parse(formatted)
+        assert reread.ok, (formatted, reread.diagnostics)
+        again = analyze(reread.program)
+        assert [(d.code, d.message) for d in again.diagnostics if d.is_error] == []
+        assert summary(again) == summary(analysis)
+        assert not any(isinstance(n, A.Access) and (n.dtype or n.scope) for n in A.walk(reread.program))
+        assert print_program(canonical_program(again, minimal=minimal)) == formatted
 
 
 # ------------------------------------------- checks against brute force
