@@ -687,6 +687,10 @@ class _Analyzer:
             # Parallel loops that repeat a write are races, reported apart.
             repeated = [l for l in site.loops if l.var in rest and l.var not in guard_vars
                         and l.kind not in _PARALLEL_KINDS and l.extent > 1]
+            if kind == "assign":
+                # A value read inside the loop (a running maximum, a per-row
+                # temporary) is used at every iteration, not only the last.
+                repeated = [l for l in repeated if not self.read_inside(l, lhs.tensor, k)]
             if kind == "assign" and repeated:
                 loop = repeated[0]
                 self.report(warning(lhs.span or _NO_SPAN, "repeated-write",
@@ -696,6 +700,15 @@ class _Analyzer:
             infos.append(EquationInfo(site, kind, combiner, operand, spatial, rest, k))
             written.add(lhs.tensor)
         return infos
+
+    def read_inside(self, loop: A.Loop, tensor: str, writer: int) -> bool:
+        """Whether an equation other than ``writer`` inside ``loop`` reads
+        ``tensor``."""
+        for k, facts in enumerate(self.facts):
+            if k != writer and any(l is loop for l in facts.site.loops):
+                if any(r.tensor == tensor for r in facts.reads + facts.guard_reads):
+                    return True
+        return False
 
     def check_init_order(self, tensors: dict[str, TensorInfo], equations: list[EquationInfo]) -> None:
         """A temporary or output read before any equation wrote it."""

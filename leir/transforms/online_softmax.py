@@ -1,0 +1,265 @@
+"""Compute the row maximum and the sum of exponentials of a softmax in one pass, rescaling the sum when the maximum grows.
+
+A softmax reads each row twice before it can normalise: once for the
+maximum ``M``, once for ``Z = sum exp(x - M)``. The online softmax keeps a
+running maximum and a running sum, initialised explicitly to -inf and 0;
+at each ``j`` the new maximum is ``max(M, x_j)``, the sum so far is
+rescaled by ``exp(M - M_new)`` (1 unless the maximum grew) and
+``exp(x_j - M_new)`` is added. When the loop ends, ``M`` and ``Z`` hold
+exactly what the two units computed, so what reads them later is
+unchanged. One pass over ``x`` instead of two, and no temporary per
+element (compare ``prefix_sum_exp``, which keeps every prefix). The fused
+nest runs the max unit's row loops, with their kinds, around its
+reduction loop.
+
+It requires: a sum ``Z += exp(x - M)`` whose M is written once, by a max
+``M = max(M, x)`` of the same ``x``, over the same rows and the same loop
+(loop names and order may differ); both reductions the first write of
+their tensor, over one loop starting at 0, unguarded, alone under their
+loop, with affine indices that tell the rows apart; both units in the same
+loop body, with nothing between them writing what the sum reads; a
+floating-point M (it starts at -inf); no vectorized row loop (the
+reduction loop moves inside the row loops).
+
+Example: the max and the sum of a softmax
+
+    step: {"block": "Z"}
+
+    before:
+    # row max
+    L^{128}_{i}
+      L^{100}_{j} [
+        M_{i} = max(M_{i}, X_{i,j});
+      ];
+
+    # row sum of exp(x - max)
+    L^{128}_{i}
+      L^{100}_{j} [
+        Z_{i} += exp(X_{i,j} - M_{i});$0
+      ];
+
+    L^{128}_{i}
+      L^{100}_{j} [
+        Y_{i,j} = exp(X_{i,j} - M_{i})/Z_{i};
+      ];
+
+    after:
+    # row max
+    L^{128}_{i} [
+      M_{i} = -inf;
+      Z_{i} = 0.0;
+      L^{100}_{j} [
+        M_new_{i} = max(M_{i}, X_{i,j});
+        Z_{i} = Z_{i}*exp(M_{i} - M_new_{i}) + exp(X_{i,j} - M_new_{i});
+        M_{i} = M_new_{i};
+      ];
+    ];
+
+    L^{128}_{i}
+      L^{100}_{j} [
+        Y_{i,j} = exp(X_{i,j} - M_{i})/Z_{i};
+      ];
+
+Example: the max and the sum over different loops are refused
+
+    step: {"block": "Z"}
+
+    before:
+    L^{16}_{i}
+      L^{16}_{j} [
+        M_{i} = max(M_{i}, X_{i,j});
+      ];
+
+    L^{16}_{i}
+      L^{16}_{j} [
+        Z_{i} += exp(X_{j,i} - M_{i});$0
+      ];
+
+    refused: online_softmax-different-axis
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from leir import ast as A
+from leir.transforms import _rows as R
+from leir.transforms.base import Candidate, Context, NotApplicable, Step
+
+ID = "online_softmax"
+TITLE = "Online softmax"
+#: The Step-TP strategy this is (dataset exports use it).
+STEPTP = "online_softmax"
+
+
+class NotSumOfExp(NotApplicable):
+    code = "online_softmax-not-sum-of-exp"
+
+
+class NoMax(NotApplicable):
+    code = "online_softmax-no-max"
+
+
+class InitExplicit(NotApplicable):
+    code = "online_softmax-init-explicit"
+
+
+class Guarded(NotApplicable):
+    code = "online_softmax-guarded"
+
+
+class NotOneAxis(NotApplicable):
+    code = "online_softmax-not-one-axis"
+
+
+class LoopStartNotZero(NotApplicable):
+    code = "online_softmax-loop-start-not-zero"
+
+
+class NotAlone(NotApplicable):
+    code = "online_softmax-not-alone"
+
+
+class RowsNotDistinct(NotApplicable):
+    code = "online_softmax-rows-not-distinct"
+
+
+class NotSiblings(NotApplicable):
+    code = "online_softmax-not-siblings"
+
+
+class DifferentAxis(NotApplicable):
+    code = "online_softmax-different-axis"
+
+
+class DifferentRows(NotApplicable):
+    code = "online_softmax-different-rows"
+
+
+class DifferentOperand(NotApplicable):
+    code = "online_softmax-different-operand"
+
+
+class Interleaved(NotApplicable):
+    code = "online_softmax-interleaved"
+
+
+class IntegerMax(NotApplicable):
+    code = "online_softmax-integer-max"
+
+
+class VectorizedRowLoop(NotApplicable):
+    code = "online_softmax-vectorized-row-loop"
+
+
+ERRORS = {
+    "not-sum-of-exp": NotSumOfExp,
+    "no-max": NoMax,
+    "init-explicit": InitExplicit,
+    "guarded": Guarded,
+    "not-one-axis": NotOneAxis,
+    "loop-start-not-zero": LoopStartNotZero,
+    "not-alone": NotAlone,
+    "rows-not-distinct": RowsNotDistinct,
+    "not-siblings": NotSiblings,
+    "different-axis": DifferentAxis,
+    "different-rows": DifferentRows,
+    "different-operand": DifferentOperand,
+    "interleaved": Interleaved,
+    "integer-max": IntegerMax,
+    "vectorized-row-loop": VectorizedRowLoop,
+}
+
+
+def match(ctx: Context, info) -> R.Softmax:
+    sm = R.match_softmax(ctx, info)
+    R.one_pass_rows(ctx, sm)
+    return sm
+
+
+def candidates(ctx: Context, at: int | None) -> list[Candidate]:
+    chosen = R.selected(ctx, at)
+    out = []
+    for info in ctx.analysis.equations:
+        if info.combiner != "sum":
+            continue
+        try:
+            sm = match(ctx, info)
+        except R.Refusal:
+            continue
+        if chosen is not None and not chosen & {sm.max.info.index, info.index}:
+            continue
+        title = f"Online softmax: compute {sm.max.tensor} and {sm.sum.tensor} in one pass over {sm.max.axis.var}"
+        out.append(Candidate(R.step(ID, ctx, info), title, info.equation.span))
+    return out
+
+
+def check(ctx: Context, args: dict) -> None:
+    info = R.block_arg(ctx, args, ID)
+    try:
+        match(ctx, info)
+    except R.Refusal as refusal:
+        raise R.typed(ERRORS, refusal) from None
+
+
+class RunningRow:
+    """The running maximum and sum of one row, as equations: ``init``
+    before the reduction loop, ``step(...)`` inside it."""
+
+    def __init__(self, build: R.Builder, sm: R.Softmax):
+        mx = sm.max
+        self.build, self.sm = build, sm
+        shape = build.ctx.analysis.tensors[mx.tensor].shape
+        self.new_max = build.temporary(f"{mx.tensor}_new", mx.tensor, shape)
+        index = tuple(mx.lhs.indices or ())
+        self.m = build.access(mx.tensor, index)
+        self.m_new = build.access(self.new_max, index)
+        self.z = build.access(sm.sum.tensor, sm.sum_index)
+
+    def init(self) -> list[A.Equation]:
+        z_dtype = self.build.ctx.analysis.tensors[self.sm.sum.tensor].dtype
+        return [
+            replace(R.equation(self.m, R.neg_inf()), comments=self.sm.max.equation.comments),
+            replace(R.equation(self.z, R.zero(z_dtype)), comments=self.sm.sum.equation.comments),
+        ]
+
+    def rescale(self) -> A.Expr:
+        """``exp(M - M_new)``: what the running values are multiplied by."""
+        return R.call("exp", R.binary("-", self.m, self.m_new))
+
+    def weight(self, score: A.Expr) -> A.Expr:
+        """``exp(x - M_new)``: the weight of the current element."""
+        return R.call("exp", R.binary("-", score, self.m_new))
+
+    def new_maximum(self, score: A.Expr) -> A.Equation:
+        return R.equation(self.m_new, R.call("max", self.m, score))
+
+    def new_sum(self, score: A.Expr) -> A.Equation:
+        return R.equation(self.z, R.binary("+", R.binary("*", self.z, self.rescale()), self.weight(score)))
+
+    def advance(self) -> A.Equation:
+        return R.equation(self.m, self.m_new)
+
+
+def rewrite(ctx: Context, args: dict) -> A.Program:
+    info = R.block_arg(ctx, args, ID)
+    sm = match(ctx, info)
+    mx = sm.max
+    build = R.Builder(ctx)
+    row = RunningRow(build, sm)
+    x = sm.score
+    original = R.item_at(ctx.program, mx.path)
+    assert isinstance(original, A.Nest)
+    rows, axis, lead = R.placed(mx.rows, mx.axis, original)
+    loop = A.Nest((axis,), (row.new_maximum(x), row.new_sum(x), row.advance()))
+    body = tuple(row.init()) + (loop,)
+    fused = A.Nest(rows, body, end_comments=original.end_comments, open_comments=lead)
+    program = R.replace_group(ctx.program, mx.parent, [mx.position, sm.sum.position], (fused,))
+    return build.program(program)
+
+
+def online_softmax(program, block: str):
+    """Apply the step (see the module docstring) and return the new program."""
+    from leir.transforms import apply
+
+    return apply(program, Step(ID, {"block": block}))

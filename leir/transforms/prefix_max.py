@@ -1,0 +1,178 @@
+"""Compute a row maximum as a running (prefix) maximum over its loop.
+
+``M_{i} = max(M_{i}, X_{i,j})`` keeps one running value per row and needs
+the implied initial value -inf. Written as a prefix maximum, element
+``(i, j)`` of a temporary holds the maximum of ``X_{i,0..j}``: the first
+element is ``X_{i,0}`` itself, every later one the maximum of its
+predecessor and ``X_{i,j}``, and ``M_{i}`` is the last one. No initial value
+is needed any more, and every intermediate maximum is kept: the first step
+towards an online softmax (``prefix_sum_exp`` and ``online_softmax``), where
+the sum of exponentials is rescaled each time the running maximum grows.
+
+It requires: a max reduction ``M = max(M, x)`` that is the first write of
+M (its initial value implied), over exactly one loop that starts at 0,
+unguarded, alone under that loop, and with every element of M the maximum
+of one row (an affine index that tells the rows apart).
+
+Example: the row max of a softmax
+
+    step: {"block": "M"}
+
+    before:
+    L^{128}_{i}
+      L^{100}_{j} [
+        M_{i} = max(M_{i}, X_{i,j});$0
+      ];
+
+    after:
+    L^{128}_{i}
+      L^{100}_{j} [
+        M_prefix_{i,j} = X_{i,j} where j == 0;
+        M_prefix_{i,j} = max(M_prefix_{i,j-1}, X_{i,j}) where j > 0;
+      ];
+
+    L^{128}_{i} [
+      M_{i} = M_prefix_{i,99};
+    ];
+
+Example: a max over two loops is refused
+
+    step: {"block": "Y"}
+
+    before:
+    L^{8}_{i}
+      L^{3}_{r}
+        L^{3}_{s} [
+          Y_{i} = max(Y_{i}, X_{i,r,s});$0
+        ];
+
+    refused: prefix_max-not-one-axis
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from leir import ast as A
+from leir.semantics import EquationInfo
+from leir.transforms import _rows as R
+from leir.transforms.base import Candidate, Context, NotApplicable, Step
+
+ID = "prefix_max"
+TITLE = "Running maximum"
+#: The Step-TP strategy this is (dataset exports use it).
+STEPTP = "normal_loop_max_to_prefix_max"
+
+
+class NotMax(NotApplicable):
+    code = "prefix_max-not-max"
+
+
+class InitExplicit(NotApplicable):
+    code = "prefix_max-init-explicit"
+
+
+class Guarded(NotApplicable):
+    code = "prefix_max-guarded"
+
+
+class NotOneAxis(NotApplicable):
+    code = "prefix_max-not-one-axis"
+
+
+class LoopStartNotZero(NotApplicable):
+    code = "prefix_max-loop-start-not-zero"
+
+
+class NotAlone(NotApplicable):
+    code = "prefix_max-not-alone"
+
+
+class RowsNotDistinct(NotApplicable):
+    code = "prefix_max-rows-not-distinct"
+
+
+ERRORS = {
+    "not-max": NotMax,
+    "init-explicit": InitExplicit,
+    "guarded": Guarded,
+    "not-one-axis": NotOneAxis,
+    "loop-start-not-zero": LoopStartNotZero,
+    "not-alone": NotAlone,
+    "rows-not-distinct": RowsNotDistinct,
+}
+
+
+def match(ctx: Context, info: EquationInfo) -> R.RowReduction:
+    """The max reduction the step rewrites, or a Refusal."""
+    eq = info.equation
+    if info.combiner != "max":
+        R.refuse("not-max", f"{R.text(eq)} is not a max reduction",
+                 f"the step rewrites a reduction M = max(M, x); {R.text(eq)} is not of that shape", eq.span)
+    return R.row_reduction(ctx, info, "max")
+
+
+def candidates(ctx: Context, at: int | None) -> list[Candidate]:
+    chosen = R.selected(ctx, at)
+    out = []
+    for info in ctx.analysis.equations:
+        if info.combiner != "max" or (chosen is not None and info.index not in chosen):
+            continue
+        try:
+            mx = match(ctx, info)
+        except R.Refusal:
+            continue
+        title = f"Compute {mx.tensor} as a running maximum over {mx.axis.var}"
+        out.append(Candidate(R.step(ID, ctx, info), title, info.equation.span))
+    return out
+
+
+def check(ctx: Context, args: dict) -> None:
+    info = R.block_arg(ctx, args, ID)
+    try:
+        match(ctx, info)
+    except R.Refusal as refusal:
+        raise R.typed(ERRORS, refusal) from None
+
+
+def rewrite(ctx: Context, args: dict) -> A.Program:
+    info = R.block_arg(ctx, args, ID)
+    mx = match(ctx, info)
+    build = R.Builder(ctx)
+    items = prefix_max_items(build, mx)
+    original = R.item_at(ctx.program, mx.path)
+    assert isinstance(original, A.Nest)
+    scan = A.Nest(mx.chain, items.scan, end_comments=original.end_comments)
+    program = R.replace_group(ctx.program, mx.parent, [mx.position], (scan,) + R.nest(R.copies(mx.rows), items.final))
+    return build.program(program)
+
+
+class PrefixItems:
+    """The equations of a prefix computation: ``scan`` runs in the
+    reduction's loops, ``final`` in its row loops."""
+
+    def __init__(self, scan: list[A.Equation], final: list[A.Equation], name: str):
+        self.scan, self.final, self.name = scan, final, name
+
+
+def prefix_max_items(build: R.Builder, mx: R.RowReduction) -> PrefixItems:
+    """``P = x where j == 0; P = max(P_{j-1}, x) where j > 0`` and
+    ``M = P_{last}``."""
+    t = build.ctx.analysis.tensors[mx.tensor]
+    j, extent = mx.axis.var, mx.axis.extent
+    name = build.temporary(f"{mx.tensor}_prefix", mx.tensor, t.shape + (extent,))
+    index = tuple(mx.lhs.indices or ())
+    here = build.access(name, index + (R.var(j),))
+    before = build.access(name, index + (R.binary("-", R.var(j), R.num(1)),))
+    x = mx.info.operand
+    first = replace(R.equation(here, x, R.binary("==", R.var(j), R.num(0))), comments=mx.equation.comments)
+    rest = R.equation(here, R.call("max", before, x), R.binary(">", R.var(j), R.num(0)))
+    final = R.equation(build.access(mx.tensor, index), build.access(name, index + (R.num(extent - 1),)))
+    return PrefixItems([first, rest], [final], name)
+
+
+def prefix_max(program, block: str):
+    """Apply the step (see the module docstring) and return the new program."""
+    from leir.transforms import apply
+
+    return apply(program, Step(ID, {"block": block}))
