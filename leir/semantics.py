@@ -308,11 +308,51 @@ class _Analyzer:
         self.check_bounds(tensors, uses)
         self.check_init_order(tensors, equations)
         self.check_types(tensors, equations)
+        self.check_guarded_reduction_inits(equations)
         # ``C += e`` is ``C = C + e`` with both accesses at one span: a check
         # of each access would otherwise report the same problem twice.
         self.diags = list(dict.fromkeys(self.diags))
         self.diags.sort(key=lambda d: (d.span.start, d.span.end))
         return Analysis(self.program, tensors, equations, self.diags)
+
+    def check_guarded_reduction_inits(self, equations: list[EquationInfo]) -> None:
+        """A reduction's implied initial value is stored under its guard
+        (TVM runs ``T.init`` only where ``T.where`` holds, at the first
+        iteration of the reduction loops). An element whose guard is false
+        there but true later would accumulate onto garbage."""
+        np = affine._numpy()
+        for info in equations:
+            eq = info.equation
+            if info.kind != "reduce" or eq.predicate is None:
+                continue
+            names = self.vars_of(eq.predicate)
+            reduce_vars = [l for l in info.loops if l.var in info.reduce_axes and l.var in names]
+            if not reduce_vars:
+                continue  # the guard only chooses elements: each gets its init
+            loops = [l for l in info.loops if l.var in names]
+            space = self.space(loops)
+            mask = space.evaluate(eq.predicate) if space is not None else None
+            if mask is None:
+                continue  # cannot decide: no false error
+            holds = space.full(mask).astype(bool)
+            at_start = np.ones(holds.shape, dtype=bool)
+            for l in reduce_vars:
+                at_start &= space.full(space.axes[l.var]) == l.start
+            element_vars = [l.var for l in loops if l.var not in info.reduce_axes]
+            keys = np.stack([space.full(space.axes[v]).ravel() for v in element_vars], axis=1) if element_vars \
+                else np.zeros((holds.size, 1), dtype=np.int64)
+            written = {tuple(k) for k in keys[holds.ravel()]}
+            initialised = {tuple(k) for k in keys[(holds & at_start).ravel()]}
+            missing = written - initialised
+            if missing:
+                example = dict(zip(element_vars, sorted(missing)[0]))
+                starts = ", ".join(f"{l.var}={l.start}" for l in reduce_vars)
+                where = ", ".join(f"{k}={v}" for k, v in example.items())
+                self.report(error(eq.predicate.span or eq.span or _NO_SPAN, "guarded-reduction-init",
+                                  f"the guard is false at the first reduction iteration ({starts})"
+                                  f"{' for ' + where if where else ''} but true later, so {eq.lhs.tensor}'s implied "
+                                  f"initial value would be skipped there (TVM stores it under the guard): "
+                                  f"initialise {eq.lhs.tensor} in an earlier equation"))
 
     def check_types(self, tensors: dict[str, TensorInfo], equations: list[EquationInfo]) -> None:
         """What the typing rules (leir.value_types) give no meaning to, e.g.

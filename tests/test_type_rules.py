@@ -35,3 +35,17 @@ def test_type_rule_violations_are_reported_at_the_node(text, bad):
 ])
 def test_well_typed_equations_have_no_type_error(text):
     assert type_errors(text) == []
+
+
+def test_guarded_reduction_whose_init_would_be_skipped_is_an_error():
+    text = "L^{10}_{i} L^{3}_{r} [T_{i} += X_{i+r} where i + r >= 1;]; L^{10}_{i} [Y_{i} = T_{i};];"
+    result = parse(text)
+    diags = [d for d in analyze(result.program).diagnostics if d.code == "guarded-reduction-init"]
+    assert len(diags) == 1 and "r=0" in diags[0].message and "i=0" in diags[0].message
+    assert text[diags[0].span.start:diags[0].span.end] == "i + r >= 1"
+
+
+def test_guard_true_at_the_first_reduction_iteration_is_fine():
+    # An imperfect split of the reduction axis: the guard holds at k_0 = k_1 = 0.
+    text = "L^{4}_{i} L^{4}_{k_0} L^{32}_{k_1} [S_{i} += X_{i,k_0*32+k_1} where k_0*32 + k_1 < 100;];"
+    assert [d.code for d in analyze(parse(text).program).diagnostics if d.is_error] == []

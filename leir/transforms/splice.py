@@ -23,7 +23,7 @@ from leir.transforms.rewrite import map_equation, map_expr
 def splice(original: A.Program, raised_before: A.Program, raised_after: A.Program) -> A.Program:
     units = _splice_units(original, raised_before, raised_after)
     used = _tensor_names(units)
-    decls = [d for d in original.decls if d.name in used]
+    decls = [_follow(d, raised_before, raised_after) for d in original.decls if d.name in used]
     draft = A.Program(tuple(decls), units, None, original.end_comments)
     known = {d.name for d in decls}
     inferred = analyze(draft).tensors
@@ -34,6 +34,16 @@ def splice(original: A.Program, raised_before: A.Program, raised_after: A.Progra
         if t is None or (t.dtype, t.scope, t.shape, t.role) != (d.dtype, d.scope, d.shape, d.role):
             decls.append(replace(d, span=None, name_span=None))
     return A.Program(tuple(decls), units, None, original.end_comments)
+
+
+def _follow(decl: A.Decl, before: A.Program, after: A.Program) -> A.Decl:
+    """The user's declaration, with the shape and scope the step gave the
+    tensor when it changed them (a layout transformation reshapes it)."""
+    old = next((d for d in before.decls if d.name == decl.name), None)
+    new = next((d for d in after.decls if d.name == decl.name), None)
+    if old is None or new is None or (old.shape, old.scope) == (new.shape, new.scope):
+        return decl
+    return replace(decl, shape=new.shape, scope=new.scope)
 
 
 def _splice_units(original: A.Program, before: A.Program, after: A.Program) -> tuple[A.Nest, ...]:
@@ -87,7 +97,9 @@ def carry_comments(old: A.Nest, new: A.Nest, first_line_only: bool = False) -> A
 
     out = visit(new, True)
     if first != A.NO_COMMENTS:
-        out = _with_first_comments(out, first)
+        # A unit merged into an earlier one (first_line_only) comes later in
+        # the text: its comments follow those already there.
+        out = _with_first_comments(out, first, append=first_line_only)
     if not first_line_only and old.end_comments != A.NO_COMMENTS:
         out = replace(out, end_comments=merge(out.end_comments, old.end_comments))
     return out
@@ -101,9 +113,10 @@ def _first_comments(unit: A.Nest) -> A.Comments:
     return unit.body[0].comments if isinstance(unit.body[0], A.Equation) else A.NO_COMMENTS
 
 
-def _with_first_comments(unit: A.Nest, c: A.Comments) -> A.Nest:
+def _with_first_comments(unit: A.Nest, c: A.Comments, append: bool = False) -> A.Nest:
     def merge(a: A.Comments) -> A.Comments:
-        return A.Comments(c.before + a.before, a.after if a.after is not None else c.after)
+        before = a.before + c.before if append else c.before + a.before
+        return A.Comments(before, a.after if a.after is not None else c.after)
 
     if unit.loops:
         first = unit.loops[0]

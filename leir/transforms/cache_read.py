@@ -1,0 +1,325 @@
+"""Read a tensor through a cache: copy it into a new temporary and let one block read the copy.
+
+The copy is the first half of staging data close to where it is used: on a
+GPU, a tile of an input in shared memory is loaded once per thread block
+and then read by all its threads, and values a thread reuses are held in
+local memory (registers); on a CPU, a copy into a small contiguous buffer
+("packing") keeps a strided tile in cache. TVM puts the copy right after
+the tensor's producer (first, for an input), outside the loops they do not
+share, over the whole region the block reads; moving it inside the block's
+loops, so that it copies one tile at a time, is the next step
+(``compute_at``). Until then a GPU program usually has the copy outside its
+thread loops, so it runs on the CPU (as every step is verified) but not yet
+on the GPU (the analysis warns: ``unbound-on-gpu``). The new tensor is
+named after the cached one and the scope (``X_shared``) and declared with
+its scope; only this block reads it, other readers keep the original.
+
+Scopes offered: shared and local memory in a program with thread-bound
+(``B``) loops; local and global memory in a CPU program, where shared
+memory does not exist (``local`` is a buffer TVM keeps on the stack, for
+register-level reuse; ``global`` a heap buffer, for packing).
+
+It requires: a block that reads the tensor in its right-hand side (a
+tensor read only in a ``where`` guard is not part of TVM's reads, and a
+guard's reads are not redirected), a tensor other than the block's own
+output (caching the accumulator is ``cache_write``), a tensor written by at
+most one block (TVM copies what that one block produced), a copy that stays
+inside the tensor (where only the guard keeps a read in bounds, the guard
+must bound that very index, as an imperfect split's guard does), and a
+scope the program can use (shared or local with ``B`` loops, local or
+global without).
+
+Example: cache an input in local memory for a CPU block
+
+    step: {"block": "Y", "tensor": "X", "scope": "l"}
+
+    before:
+    L^{16}_{i}
+      L^{8}_{j} [
+        Y_{i,j} = X$0_{i,j}*2.0;
+      ];
+
+    after:
+    tmp X_local: f32[16,8] @l
+
+    L^{16}_{ax0}
+      L^{8}_{ax1} [
+        X_local_{ax0,ax1} = X_{ax0,ax1};
+      ];
+
+    L^{16}_{i}
+      L^{8}_{j} [
+        Y_{i,j} = X_local_{i,j}*2.0;
+      ];
+
+Example: a shared-memory stage for a GPU matmul
+
+    step: {"block": "C", "tensor": "W", "scope": "s"}
+
+    before:
+    B^{4}_{bx}
+      B^{16}_{tx}
+        L^{32}_{k} [
+          C_{bx,tx} += X_{bx,k}*W$0_{k,tx};
+        ];
+
+    after:
+    tmp W_shared: f32[32,16] @s
+
+    L^{32}_{ax0}
+      L^{16}_{ax1} [
+        W_shared_{ax0,ax1} = W_{ax0,ax1};
+      ];
+
+    B^{4}_{bx}
+      B^{16}_{tx}
+        L^{32}_{k} [
+          C_{bx,tx} += X_{bx,k}*W_shared_{k,tx};
+        ];
+
+Example: shared memory needs thread-bound loops
+
+    step: {"block": "Y", "tensor": "X", "scope": "s"}
+
+    before:
+    L^{16}_{i} [
+      Y_{i} = X$0_{i}*2.0;
+    ];
+
+    refused: cache_read-wrong-scope
+"""
+
+from __future__ import annotations
+
+from leir import affine
+from leir import ast as A
+from leir.semantics import EquationInfo
+from leir.transforms.base import (
+    BadStep,
+    Candidate,
+    Context,
+    NotApplicable,
+    StaleStep,
+    Step,
+    str_arg,
+)
+
+ID = "cache_read"
+TITLE = "Cache read"
+#: The Step-TP strategy this is (dataset exports use it).
+STEPTP = "cache_read_write"
+
+#: LEIR scope letter -> the word titles and messages use.
+SCOPE_WORDS = {"g": "global", "s": "shared", "l": "local"}
+#: Scopes a cache stage is offered in, in the editor's order: shared and
+#: local memory on a GPU; on a CPU, which has no shared memory, local (a
+#: stack buffer, for register-level reuse) and global (a heap buffer, for
+#: packing).
+GPU_SCOPES = ("s", "l")
+CPU_SCOPES = ("l", "g")
+BLOCK_AXES = ("bx", "by", "bz")
+
+
+class NotRead(NotApplicable):
+    code = "cache_read-not-read"
+
+
+class ReadInGuard(NotApplicable):
+    code = "cache_read-read-in-guard"
+
+
+class OwnOutput(NotApplicable):
+    code = "cache_read-own-output"
+
+
+class SeveralWriters(NotApplicable):
+    code = "cache_read-several-writers"
+
+
+class UnboundedCopy(NotApplicable):
+    code = "cache_read-unbounded-copy"
+
+
+class WrongScope(NotApplicable):
+    code = "cache_read-wrong-scope"
+
+
+# ------------------------------------------------- helpers the memory steps share
+
+
+def is_gpu_program(ctx: Context) -> bool:
+    """Whether the program binds loops to GPU threads (``B`` loops)."""
+    return any(site.loop.kind == "B" for site in ctx.loop_sites)
+
+
+def offered_scopes(ctx: Context) -> tuple[str, ...]:
+    return GPU_SCOPES if is_gpu_program(ctx) else CPU_SCOPES
+
+
+def scope_refusal(ctx: Context, scope: str, error: type[NotApplicable], what: str, span) -> NotApplicable | None:
+    """Why a ``scope`` stage does not suit this program (None if it does)."""
+    if is_gpu_program(ctx):
+        if scope == "g":
+            return error(f"a global {what} gains nothing on a GPU",
+                         f"this program runs on a GPU (it has B loops): a copy in global memory is as far away as the "
+                         f"original; stage it in shared (s) or local (l) memory instead", span)
+        return None
+    if scope == "s":
+        return error("shared memory needs thread-bound loops",
+                     f"shared memory is the memory of one GPU thread block, and this program binds no loop to GPU "
+                     f"threads (B loops); on a CPU, use a local (l) or global (g) {what}", span)
+    return None
+
+
+def scope_arg(args: dict, step_id: str) -> str:
+    scope = str_arg(args, "scope", step_id)
+    if scope not in SCOPE_WORDS:
+        raise BadStep(f"{step_id}: \"scope\" is one of g, s, l (global, shared, local), got {scope!r}")
+    return scope
+
+
+def tensor_arg(ctx: Context, args: dict, step_id: str) -> str:
+    name = str_arg(args, "tensor", step_id)
+    if name not in ctx.analysis.tensors:
+        raise StaleStep(f"no tensor {name} in the program",
+                        f"the program has tensors {', '.join(ctx.analysis.tensors)}")
+    return name
+
+
+def rhs_reads(eq: A.Equation) -> list[A.Access]:
+    """The accesses the right-hand side reads, in source order."""
+    return [n for n in A.walk(eq.rhs) if isinstance(n, A.Access)]
+
+
+def guard_reads(eq: A.Equation) -> list[A.Access]:
+    return [n for n in A.walk(eq.predicate) if isinstance(n, A.Access)] if eq.predicate is not None else []
+
+
+def access_at(eq: A.Equation, at: int | None) -> A.Access | None:
+    """The access (written or read) the cursor is on, if any."""
+    if at is None:
+        return None
+    for node in A.walk(eq):
+        if isinstance(node, A.Access) and node.span is not None and node.span.contains(at):
+            return node
+    return None
+
+
+def writers(ctx: Context, tensor: str) -> list[EquationInfo]:
+    return [info for info in ctx.analysis.equations if info.equation.lhs.tensor == tensor]
+
+
+def cache_name(tensor: str, scope: str) -> str:
+    """What TVM names the cache stage (before it avoids a clash)."""
+    return f"{tensor}_{SCOPE_WORDS[scope]}"
+
+
+# ------------------------------------------------------------------ the step
+
+
+def candidates(ctx: Context, at: int | None) -> list[Candidate]:
+    out = []
+    scopes = offered_scopes(ctx)
+    for info in ctx.equations_at(at):
+        eq = info.equation
+        block = ctx.block_names[info.index]
+        pointed = access_at(eq, at)
+        if pointed is not None:
+            names = [] if pointed is eq.lhs or pointed.tensor == eq.lhs.tensor else [pointed.tensor]
+        else:
+            names = list(dict.fromkeys(a.tensor for a in rhs_reads(eq)))
+        for name in names:
+            if _refusal(ctx, info, name) is not None:
+                continue
+            span = pointed.span if pointed is not None else next(a.span for a in rhs_reads(eq) if a.tensor == name)
+            for scope in scopes:
+                title = f"Cache {name} in {SCOPE_WORDS[scope]} memory for block {block}"
+                out.append(Candidate(Step(ID, {"block": block, "tensor": name, "scope": scope}), title, span))
+    return out
+
+
+def _refusal(ctx: Context, info: EquationInfo, name: str) -> NotApplicable | None:
+    """Why ``name`` cannot be cached for the block of ``info``, whatever
+    the scope (None if it can)."""
+    eq = info.equation
+    block = ctx.block_names[info.index]
+    reads = [a for a in rhs_reads(eq) if a.tensor == name]
+    if name == eq.lhs.tensor:
+        return OwnOutput(f"{name} is what block {block} writes",
+                         f"block {block} reads {name} only to accumulate into it; to stage the value it builds, "
+                         f"use cache_write on block {block}", eq.lhs.span)
+    in_guard = [a for a in guard_reads(eq) if a.tensor == name]
+    if in_guard:
+        return ReadInGuard(f"block {block} reads {name} in its guard",
+                           f"the where guard of block {block} reads {name}; TVM does not count a guard's reads as the "
+                           f"block's reads, so a cache would leave the guard reading the original", in_guard[0].span)
+    if not reads:
+        read = ", ".join(dict.fromkeys(a.tensor for a in rhs_reads(eq))) or "no tensor"
+        return NotRead(f"block {block} does not read {name}", f"block {block} reads {read}", eq.span)
+    producers = writers(ctx, name)
+    if len(producers) > 1:
+        blocks = [ctx.block_names[p.index] for p in producers]
+        return SeveralWriters(f"{name} is written by {len(producers)} blocks",
+                              f"{name} is written by blocks {', '.join(blocks)}; TVM caches a tensor that one block "
+                              f"produces, so there is no single value to copy", reads[0].span)
+    shape = ctx.analysis.tensors[name].shape
+    ranges = affine.loop_ranges(info.loops)
+    for access in reads:
+        for d, index in enumerate(access.indices or ()):
+            if not _copy_in_bounds(index, shape[d], ranges, eq.predicate):
+                return UnboundedCopy(
+                    f"cannot bound the copy of {name} inside it",
+                    f"index {d} of this read of {name} stays inside 0..{shape[d] - 1} only by a guard TVM cannot use "
+                    f"to bound its copy (or not provably at all); the copy would read outside {name}",
+                    access.span)
+    return None
+
+
+def _copy_in_bounds(index: A.Expr, extent: int, ranges: dict, guard: A.Expr | None) -> bool:
+    """Whether the region TVM copies for this index stays in 0..extent-1.
+    TVM bounds the region by the loop ranges and, where the guard is made
+    of affine comparisons only, by the guard (an imperfect split's
+    ``where io*32 + ii < 100``)."""
+    bounds = affine.bounds(index, ranges)
+    if bounds is not None and 0 <= bounds[0] and bounds[1] < extent:
+        return True
+    form = affine.linearize(index)
+    if form is None or guard is None or not affine_guard(guard):
+        return False
+    lo, hi = affine.guarded_bounds(form, ranges, guard)
+    return 0 <= lo and hi < extent
+
+
+def affine_guard(guard: A.Expr) -> bool:
+    """Whether every conjunct of ``guard`` compares affine index
+    expressions (what TVM's region analysis can use)."""
+    if isinstance(guard, A.Binary) and guard.op == "&":
+        return affine_guard(guard.lhs) and affine_guard(guard.rhs)
+    return (isinstance(guard, A.Binary) and guard.op in ("<", "<=", ">", ">=", "==")
+            and affine.linearize(guard.lhs) is not None and affine.linearize(guard.rhs) is not None)
+
+
+def check(ctx: Context, args: dict) -> None:
+    info = ctx.equation_of_block(str_arg(args, "block", ID))
+    name = tensor_arg(ctx, args, ID)
+    scope = scope_arg(args, ID)
+    refusal = _refusal(ctx, info, name)
+    if refusal is not None:
+        raise refusal
+    refusal = scope_refusal(ctx, scope, WrongScope, "cache", info.equation.span)
+    if refusal is not None:
+        raise refusal
+
+
+def schedule(sch, ctx: Context, args: dict) -> None:
+    block = args["block"]
+    # Only this block reads the copy: other readers keep the original, so
+    # that a later compute_at can move the copy under this block's loops.
+    sch.cache_read(block, args["tensor"], A.SCOPES[args["scope"]], consumer_blocks=[block])
+
+
+def cache_read(program, block: str, tensor: str, scope: str):
+    """Apply a cache_read (see the module docstring) and return the new program."""
+    from leir.transforms import apply
+
+    return apply(program, Step(ID, {"block": block, "tensor": tensor, "scope": scope}))
