@@ -1,0 +1,377 @@
+"""Move an equation under a loop of the equations that compute what it reads.
+
+The reverse of ``compute_at``: the consumer's nest disappears from where it
+was and is regenerated at the end of the chosen loop of its producers, over
+just the elements one iteration of that loop has finished. An epilogue (a
+bias, an activation, a normalisation) then runs while the values it reads
+are still in cache, and an output can be moved too. The loops the step
+creates are serial (annotate them again if needed) and take the
+consumer's loop names where they run over the same range (TVM calls them
+``ax0``, ``ax1``...).
+
+It requires: a consumer that is the only equation writing its tensor,
+either a plain assignment indexed by all its loops or a reduction with an
+implied initial value, without a guard, reading at least one computed
+tensor, each always at the same element and indexed by distinct loop
+variables (several variables per dimension only when they are all of its
+loops, and the loop finishes that whole dimension or one element of it); a
+program without write-after-read dependences whose reads TVM can see
+covered by earlier writes (TVM's "stage pipeline"); a loop that does not
+already enclose the consumer and encloses every equation computing what it
+reads; no vectorized loop down to it, and thread-bound loops only where
+every thread axis of the kernel is among them; every loop down to the
+chosen one indexing what those equations write (otherwise the consumer
+would be recomputed on each of its iterations from unfinished values); and
+parallel loops down to it that give each iteration its own elements of the
+consumer's tensor.
+
+Example: apply the epilogue to each element right after it is computed
+
+    step: {"block": "Y", "at": {"block": "C", "loop": "j"}}
+
+    before:
+    L^{32}_{i}
+      L^{24}_{j}
+        L^{64}_{k} [
+          C_{i,j} += X_{i,k}*W_{k,j};
+        ];
+
+    L^{32}_{i}
+      L^{24}_{j} [
+        $0Y_{i,j} = max(C_{i,j} + b_{j}, 0.0);
+      ];
+
+    after:
+    L^{32}_{i}
+      L^{24}_{j} [
+        L^{64}_{k} [
+          C_{i,j} += X_{i,k}*W_{k,j};
+        ];
+        Y_{i,j} = max(C_{i,j} + b_{j}, 0.0);
+      ];
+
+Example: normalise each row once its sum is known
+
+    step: {"block": "Y", "at": {"block": "S", "loop": "i"}}
+
+    before:
+    L^{64}_{i}
+      L^{32}_{j} [
+        S_{i} += X_{i,j};
+      ];
+
+    L^{64}_{i}
+      L^{32}_{j} [
+        $0Y_{i,j} = X_{i,j}/S_{i};
+      ];
+
+    after:
+    L^{64}_{i} [
+      L^{32}_{j} [
+        S_{i} += X_{i,j};
+      ];
+      L^{32}_{j} [
+        Y_{i,j} = X_{i,j}/S_{i};
+      ];
+    ];
+
+Example: inside the reduction loop, the sum is not finished
+
+    step: {"block": "Y", "at": {"block": "S", "loop": "j"}}
+
+    before:
+    L^{64}_{i}
+      L^{32}_{j} [
+        S_{i} += X_{i,j};
+      ];
+
+    L^{64}_{i}
+      L^{32}_{j} [
+        $0Y_{i,j} = X_{i,j}/S_{i};
+      ];
+
+    refused: reverse_compute_at-recomputes
+"""
+
+from __future__ import annotations
+
+from leir import affine
+from leir import ast as A
+from leir.semantics import EquationInfo
+from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, tvm_loop
+from leir.transforms.compute_at import (
+    Interval,
+    access_text,
+    block_and_loop_args,
+    complete_refusal,
+    dataflow,
+    disjoint_dims,
+    enclosing_sites,
+    eq_text,
+    interval,
+    missing_thread_axes,
+    region_misfit,
+    stage_pipeline_problem,
+    tidy_moved,
+    write_index_problem,
+)
+
+ID = "reverse_compute_at"
+TITLE = "Compute at a producer's loop"
+#: Step-TP has no strategy for this; TVM's primitive names it.
+STEPTP = "reverse_compute_at"
+
+_KIND = {"P": "parallel", "B": "thread-bound"}
+
+
+class NotComplete(NotApplicable):
+    code = "reverse_compute_at-not-complete"
+
+
+class Guarded(NotApplicable):
+    code = "reverse_compute_at-guarded"
+
+
+class NoProducer(NotApplicable):
+    code = "reverse_compute_at-no-producer"
+
+
+class IndexNotLoops(NotApplicable):
+    code = "reverse_compute_at-index-not-loops"
+
+
+class NotStagePipeline(NotApplicable):
+    code = "reverse_compute_at-not-stage-pipeline"
+
+
+class LoopEnclosesBlock(NotApplicable):
+    code = "reverse_compute_at-loop-encloses-block"
+
+
+class ProducerOutside(NotApplicable):
+    code = "reverse_compute_at-producer-outside"
+
+
+class VectorLoop(NotApplicable):
+    code = "reverse_compute_at-vector-loop"
+
+
+class ThreadLoop(NotApplicable):
+    code = "reverse_compute_at-thread-loop"
+
+
+class Recomputes(NotApplicable):
+    code = "reverse_compute_at-recomputes"
+
+
+class IrregularWrite(NotApplicable):
+    code = "reverse_compute_at-irregular-write"
+
+
+class Race(NotApplicable):
+    code = "reverse_compute_at-race"
+
+
+def candidates(ctx: Context, at: int | None) -> list[Candidate]:
+    out = []
+    flow = dataflow(ctx)
+    for info in ctx.equations_at(at):
+        if _consumer_refusal(ctx, info) is not None:
+            continue
+        last = flow.producers(info)[-1]
+        name, last_name = ctx.block_names[info.index], ctx.block_names[last.index]
+        for site in enclosing_sites(ctx, last):
+            if _loop_refusal(ctx, info, site) is None:
+                args = {"block": name, "at": ctx.loop_ref(site)}
+                title = f"Compute {name} at loop {site.loop.var} of {last_name}"
+                out.append(Candidate(Step(ID, args), title, info.equation.span))
+    return out
+
+
+def check(ctx: Context, args: dict) -> None:
+    info, site = block_and_loop_args(ctx, args, ID)
+    refusal = _consumer_refusal(ctx, info) or _loop_refusal(ctx, info, site)
+    if refusal is not None:
+        raise refusal
+
+
+def schedule(sch, ctx: Context, args: dict) -> None:
+    at = args["at"]
+    sch.reverse_compute_at(sch.get_sblock(args["block"]), tvm_loop(sch, at["block"], at["loop"]))
+
+
+def tidy(ctx: Context, args: dict, program: A.Program) -> A.Program:
+    """The moved consumer's new loops named after its own loops where they
+    run over the same range."""
+    info = ctx.equation_of_block(args["block"])
+    site = ctx.loop_site(args["at"]["block"], args["at"]["loop"])
+    return tidy_moved(program, info, site.depth + 1)
+
+
+def reverse_compute_at(program, block: str, at: dict):
+    """Apply a reverse_compute_at (see the module docstring) and return the new program."""
+    from leir.transforms import apply
+
+    return apply(program, Step(ID, {"block": block, "at": dict(at)}))
+
+
+# ------------------------------------------------------------- refusals
+
+
+def _consumer_refusal(ctx: Context, info: EquationInfo) -> NotApplicable | None:
+    """What rules the consumer out wherever it would go."""
+    eq = info.equation
+    name = ctx.block_names[info.index]
+    flow = dataflow(ctx)
+    refusal = complete_refusal(ctx, info, NotComplete, "moved under another loop")
+    if refusal is not None:
+        return refusal
+    if eq.predicate is not None:
+        return Guarded(
+            f"{name} has a guard",
+            f"{eq_text(eq)} has a guard: TVM rebuilds the loops of a moved equation from what is computed before "
+            f"it and drops the guard", eq.span)
+    computed = _computed_reads(ctx, info)
+    if not computed:
+        return NoProducer(
+            f"{name} reads no computed tensor",
+            f"{eq_text(eq)} reads only inputs, so no loop computes what it needs; nothing ties it to another nest",
+            eq.span)
+    for tensor in computed:
+        reads = flow.reads_of(info.index, tensor)
+        problem = _read_problem(reads, info)
+        if problem is not None:
+            return IndexNotLoops(
+                f"{name} reads {tensor} at an index TVM cannot invert",
+                f"{eq_text(eq)}: {problem}; TVM finds the consumer's loops from the elements it reads", reads[0].span)
+    problem = stage_pipeline_problem(ctx)
+    if problem is not None:
+        return NotStagePipeline(problem.short, f"TVM moves equations only in a stage pipeline: {problem.detail}",
+                                problem.span)
+    return None
+
+
+def _computed_reads(ctx: Context, info: EquationInfo) -> list[str]:
+    """Tensors the equation reads that an earlier equation writes."""
+    flow = dataflow(ctx)
+    return [t for t in flow.tensors_read(info.index) if any(k < info.index for k in flow.writers.get(t, ()))]
+
+
+def _read_problem(reads: list[A.Access], info: EquationInfo) -> str | None:
+    first = reads[0]
+    other = next((a for a in reads if a != first), None)
+    if other is not None:
+        return f"it reads both {access_text(first)} and {access_text(other)}"
+    indices = first.indices or ()
+    if all(isinstance(i, A.Var) for i in indices) and len({i.name for i in indices}) == len(indices):
+        return None
+    # Several variables in a dimension: TVM inverts the index only when it
+    # is an exact map of all the consumer's loops.
+    problem = write_index_problem(first, info.loops)
+    if problem is not None:
+        return problem.replace("index", f"index of {access_text(first)}", 1)
+    used = affine.index_vars(first)
+    missing = [l.var for l in info.loops if l.var not in used and l.extent > 1]
+    if missing:
+        return (f"{access_text(first)} has an index made of several loop variables but does not use loop "
+                f"{missing[0]}")
+    return None
+
+
+def _loop_refusal(ctx: Context, info: EquationInfo, site: LoopSite) -> NotApplicable | None:
+    """What rules out moving the consumer under this loop."""
+    flow = dataflow(ctx)
+    eq = info.equation
+    loop = site.loop
+    name = ctx.block_names[info.index]
+    if info.index in site.equations:
+        return LoopEnclosesBlock(
+            f"loop {loop.var} already encloses {name}",
+            f"{name} is already inside loop {loop.var}; compute it at a loop of the equations that compute what it "
+            f"reads", loop.span)
+    producers = flow.producers(info)
+    outside = next((p for p in producers if p.index not in site.equations), None)
+    if outside is not None:
+        return ProducerOutside(
+            f"{ctx.block_names[outside.index]} is not inside loop {loop.var}",
+            f"every equation computing what {name} reads must be inside loop {loop.var}, where {name} will be "
+            f"computed; {eq_text(outside.equation)} is not", outside.equation.span)
+    path = site.outer + (loop,)
+    vector = next((l for l in path if l.kind == "V"), None)
+    if vector is not None:
+        return VectorLoop(
+            f"loop {vector.var} is vectorized",
+            f"{name} would go inside vectorized loop {vector.var}, which TVM vectorizes only as the innermost loop",
+            vector.span)
+    missing = missing_thread_axes(ctx, site, path)
+    if missing:
+        return ThreadLoop(
+            f"loop {loop.var} is outside thread axis {missing[0]}",
+            f"loop {loop.var} is in a kernel that also binds {', '.join(missing)}; every thread would run {name} "
+            f"there; compute it at a loop inside all the kernel's thread-bound loops", loop.span)
+    for l in path:
+        unfinished = next((p for p in producers if l.var not in affine.index_vars(p.equation.lhs)), None)
+        if unfinished is not None:
+            what = ("a reduction loop of" if l.var in unfinished.reduce_axes else "a loop that does not index")
+            return Recomputes(
+                f"{name} would be recomputed for every {l.var}",
+                f"loop {l.var} is {what} {eq_text(unfinished.equation)}: inside it, what {name} reads is not "
+                f"finished, and {name} would be computed again on every iteration of {l.var}",
+                unfinished.equation.span)
+    depth = site.depth + 1
+    for tensor in _computed_reads(ctx, info):
+        writers = [p for p in producers if p.equation.lhs.tensor == tensor]
+        region = _write_region(writers, depth)
+        if isinstance(region, str):
+            return IrregularWrite(
+                f"what loop {loop.var} computes of {tensor} is not a box",
+                f"TVM computes, per iteration of loop {loop.var}, the box of elements written: {region}", loop.span)
+        read = flow.reads_of(info.index, tensor)[0]
+        if region_misfit(read, info.loops, region, ctx.analysis.tensors[tensor].shape) is not None:
+            return IrregularWrite(
+                f"{name} reads {tensor} through a split index, and loop {loop.var} computes part of it",
+                f"{access_text(read)} combines several loop variables in one dimension, of which one iteration of "
+                f"loop {loop.var} computes only part; TVM's inverse of such an index may miss elements",
+                read.span)
+    for l in path:
+        if l.kind in ("P", "B") and not _own_elements(ctx, info, producers, l, path):
+            return Race(
+                f"iterations of {_KIND[l.kind]} loop {l.var} would write the same elements of {eq.lhs.tensor}",
+                f"inside {_KIND[l.kind]} loop {l.var}, each iteration would compute {name} for the elements it "
+                f"reads, which overlap between iterations or do not set which element of {eq.lhs.tensor} is "
+                f"written (a race)", l.span)
+    return None
+
+
+def _write_region(writers: list[EquationInfo], depth: int) -> list[Interval] | str:
+    region: list[Interval | None] = []
+    for w in writers:
+        relaxed = affine.loop_ranges(w.loops[depth:])
+        indices = w.equation.lhs.indices or ()
+        region += [None] * (len(indices) - len(region))
+        for d, index in enumerate(indices):
+            form = affine.linearize(index)
+            if form is None:
+                return f"{access_text(w.equation.lhs)} has an index that is not affine"
+            part = interval(form, relaxed)
+            old = region[d]
+            if old is not None and old.sym != part.sym:
+                return f"{access_text(w.equation.lhs)} and another write differ in the loops outside"
+            region[d] = part if old is None else Interval(part.sym, min(old.lo, part.lo), max(old.hi, part.hi))
+    return region
+
+
+def _own_elements(ctx: Context, info: EquationInfo, producers: list[EquationInfo], loop: A.Loop, path) -> bool:
+    """Whether each iteration of a parallel ``loop`` computes the consumer
+    for its own elements: some computed tensor is written in disjoint
+    intervals per iteration in a dimension that the consumer reads through
+    one of its own spatial loops."""
+    flow = dataflow(ctx)
+    for tensor in _computed_reads(ctx, info):
+        writers = [(p.equation.lhs, p.loops) for p in producers if p.equation.lhs.tensor == tensor]
+        read = flow.reads_of(info.index, tensor)[0]
+        for d in disjoint_dims(writers, loop, path):
+            index = read.indices[d]
+            if isinstance(index, A.Var) and index.name in info.spatial:
+                return True
+    return False
