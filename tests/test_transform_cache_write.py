@@ -224,11 +224,12 @@ L^{8}_{i} [
 
 
 def test_cache_write_fail_guarded_reduction():
-    # TVM's init runs where the guard holds at r == 0: never for i == 0.
+    # A guard naming the reduction loop is refused even where it holds at
+    # r == 0 (the checker already refuses one that does not).
     e = check_not_applicable(cache_write, """\
 L^{10}_{i}
   L^{3}_{r} [
-    Y$0_{i} += X_{i+r} where i + r >= 1;
+    Y$0_{i} += X_{i+r} where i + r < 11;
   ];
 """, GuardedReduction, {"block": "Y", "tensor": "Y", "scope": "l"})
     assert "reduction loop r" in str(e)

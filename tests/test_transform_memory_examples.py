@@ -81,7 +81,7 @@ L^{4}_{io}
 
 L^{10}_{i}
   L^{3}_{r} [
-    Y_{i} += T_{i*10+r-1} where i*10 + r >= 1;
+    Y_{i} += T_{i*10+r} where i*10 + r < 95;
   ];
 """,
     "fused_and_hoisted": """\

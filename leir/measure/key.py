@@ -1,0 +1,91 @@
+"""The cache key of a measurement, computed without TVM.
+
+A measurement is looked up by the **structural text** of the program, the
+target, the device and the toolchain. The structural text is
+
+- the program in Step-TP's compact form, printed from the program with every
+  tensor declared (``Analysis.complete_program``): one line, no comments, no
+  layout, every access with its ``^{dtype,scope}``;
+- then one line per tensor: role, name, dtype, shape, scope; inputs, then
+  outputs, then temporaries, each in the analysis' order (which is the order
+  of the lowered function's parameters).
+
+Two programs with the same structural text are the same program: the text is
+parsed back to the same syntax tree (the printer and parser are inverse for
+it), and lowering, building and the reference evaluation are deterministic
+functions of that tree. Given the same target, device and toolchain (TVM and
+leir-lsp versions, which fix the code TVM generates), they build to the same
+kernel, so a latency measured for one is a latency of the other. Layout and
+comments, which do not change the kernel, are not in the text.
+
+The key is stricter than TVM's ``structural_equal``, which maps variables by
+position: renaming a loop variable or a tensor, or writing a literal
+differently (``2`` vs ``2.0``), gives another key. Such a miss costs one
+measurement; it never returns the latency of a different program. The input
+shapes are part of the text (the tensor lines), so a program is never matched
+with a measurement at other shapes.
+
+Computing a key prints the program once and hashes it: well under a
+millisecond for the bundled examples, and TVM is never imported.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+
+from leir.printer import print_program
+from leir.semantics import Analysis
+
+#: Bumped when the structural text changes meaning, so that old keys miss.
+KEY_FORMAT = 1
+
+
+def structural_text(analysis: Analysis) -> str:
+    """The compact program followed by its tensor table (see the module
+    docstring). Requires an analysis without errors."""
+    program = print_program(analysis.complete_program(), "compact")
+    # By role, keeping the order within each: the order of the inputs, and of
+    # the outputs, is the order of the lowered function's parameters; how
+    # they interleave with each other and with temporaries means nothing.
+    ordered = sorted(analysis.tensors.values(), key=lambda t: _ROLE_ORDER[t.role])
+    tensors = [f"{t.role} {t.name}: {t.dtype}[{','.join(map(str, t.shape))}] @{t.scope}" for t in ordered]
+    return "\n".join([program, *tensors])
+
+
+_ROLE_ORDER = {"in": 0, "out": 1, "tmp": 2}
+
+
+def measurement_key(analysis: Analysis, target: str, device: str, toolchain: str | None = None) -> str:
+    """The SHA-256 (hex) of the structural text, target, device and toolchain."""
+    material = {
+        "format": KEY_FORMAT,
+        "program": structural_text(analysis),
+        "target": target,
+        "device": device,
+        "toolchain": toolchain if toolchain is not None else default_toolchain(),
+    }
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def workload_key(analysis: Analysis, device: str) -> str:
+    """The key of a vendor reference: the program and the device it ran on
+    (the vendor library does not depend on our target or toolchain)."""
+    material = {"format": KEY_FORMAT, "program": structural_text(analysis), "device": device, "kind": "vendor"}
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def default_toolchain() -> str:
+    """``tvm <version>, leir-lsp <version>``, read from the installed
+    distributions' metadata (TVM is not imported)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    parts = []
+    for dist, name in (("apache-tvm", "tvm"), ("leir-lsp", "leir-lsp")):
+        try:
+            parts.append(f"{name} {version(dist)}")
+        except PackageNotFoundError:
+            parts.append(f"{name} unknown")
+    return ", ".join(parts)

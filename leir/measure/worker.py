@@ -1,0 +1,366 @@
+"""What runs in a measurement worker process.
+
+A worker is a long-lived process (TVM takes seconds to import) that the
+engine (``leir.measure.engine``) drives over a pipe, one job at a time:
+
+1. ``("build", job)``: parse and analyse the program, lower and build it
+   for the target (and load it, or export it for an RPC device), draw the
+   random inputs and evaluate the program with NumPy for the expected
+   outputs; answer ``("built", id)`` or a failure ``("result", id, {...})``.
+2. ``("time", id)``, when the engine grants this worker the device: run the
+   kernel once and compare every output with the expected one (a wrong
+   kernel gets no latency), time it (``timing.time_module``), time the
+   vendor reference if asked, and answer ``("result", id, {...})``.
+
+Failures that raise (a build error, a wrong result, a ``MemoryError`` at the
+memory cap) come back as a result with a reason. Failures that kill the
+process (a segfault) or never end (a hang) are the engine's to notice: it
+watches the process and a deadline, and restarts the worker.
+
+The memory cap is ``RLIMIT_AS`` (address space) on CPU targets: allocations
+beyond it fail with ``MemoryError``/``bad_alloc`` instead of taking the
+machine's memory. CUDA reserves far more address space than it uses, so on
+CUDA the cap is ``RLIMIT_DATA`` (writable private memory) instead.
+
+**Test hook.** ``job["fault"]`` makes the timing step misbehave on purpose:
+"crash" dereferences a null pointer (SIGSEGV in native code), "hang" sleeps
+(up to 10 minutes), "oom" allocates until the cap, "wrong" corrupts an
+output after the kernel ran. Only ``MeasurementEngine._submit_with_fault``
+sets it, for the tests of isolation; nothing a user writes (a program, a
+command-line argument, an LSP request) reaches it.
+
+Importing this module is cheap; TVM is imported by ``main``.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+
+FAULTS = ("crash", "hang", "oom", "wrong")
+#: A hang injected by the test hook ends by itself after this long.
+HANG_LIMIT_S = 600.0
+
+_OOM_PATTERN = re.compile(r"bad_alloc|out of memory|cannot allocate memory|failed to allocate", re.IGNORECASE)
+
+
+class JobFailure(Exception):
+    """A job failed for a reason the user should read as it is."""
+
+    def __init__(self, reason: str, *, comparisons: dict | None = None, restart: bool = False):
+        super().__init__(reason)
+        self.reason = reason
+        self.comparisons = comparisons or {}
+        self.restart = restart
+
+
+@dataclass
+class _Built:
+    analysis: object
+    inputs: dict
+    expected: dict
+    job: dict
+    module: object = None  # the loaded module (local targets)
+    library: str | None = None  # the exported library (RPC)
+    notes: list = field(default_factory=list)
+
+
+def main(conn, config: dict) -> None:
+    """The worker's loop (the target of the engine's ``Process``)."""
+    os.dup2(2, 1)  # stdout may be the language server's protocol stream: TVM's prints go to stderr
+    _limit_memory(config)
+    try:
+        runner = _Runner(config)
+    except BaseException as exc:  # noqa: BLE001 - any start-up failure is reported, then the worker exits
+        conn.send(("fatal", _describe(exc, config)))
+        return
+    conn.send(("ready", runner.describe()))
+    built: dict[int, _Built] = {}
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return  # the engine went away
+        kind = message[0]
+        if kind == "stop":
+            return
+        if kind == "drop":
+            built.pop(message[1], None)
+            continue
+        job_id = message[1]["id"] if kind == "build" else message[1]
+        try:
+            if kind == "build":
+                built[job_id] = runner.build(message[1])
+                conn.send(("built", job_id))
+            elif kind == "time":
+                job = built.pop(job_id)
+                conn.send(("result", job_id, runner.time(job, lambda phase: conn.send(("phase", job_id, phase)))))
+        except JobFailure as failure:
+            built.pop(job_id, None)
+            conn.send(("result", job_id, {"error": failure.reason, "comparisons": failure.comparisons,
+                                          "exiting": failure.restart}))
+            if failure.restart:
+                return  # the engine starts a fresh worker
+        except BaseException as exc:  # noqa: BLE001 - the job fails with the reason, the worker lives on
+            built.pop(job_id, None)
+            reason = _describe(exc, config, "building" if kind == "build" else "timing")
+            oom = reason.startswith("out of memory")
+            del exc
+            gc.collect()
+            conn.send(("result", job_id, {"error": reason, "exiting": oom}))
+            if oom:
+                return  # memory state after a failed allocation in native code is not to be trusted
+
+
+def _limit_memory(config: dict) -> None:
+    cap = config.get("memory_cap")
+    if not cap:
+        return
+    import resource
+
+    kind = resource.RLIMIT_DATA if config.get("target") == "cuda" else resource.RLIMIT_AS
+    _, hard = resource.getrlimit(kind)
+    soft = cap if hard == resource.RLIM_INFINITY else min(cap, hard)
+    resource.setrlimit(kind, (soft, hard))
+
+
+def memory_text(cap: int | None) -> str:
+    if not cap:
+        return "no cap"
+    return f"cap {cap / 2**30:g} GiB"
+
+
+def _describe(exc: BaseException, config: dict, phase: str = "starting") -> str:
+    """A one-line reason for an exception raised while ``phase``."""
+    from leir.errors import LeirError
+
+    if isinstance(exc, JobFailure):
+        return exc.reason
+    message = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, MemoryError) or _OOM_PATTERN.search(str(exc)):
+        return f"out of memory ({memory_text(config.get('memory_cap'))}) while {phase}"
+    if isinstance(exc, LeirError):
+        from leir.evaluate import EvaluationError
+        from leir.lower import LoweringError
+        from leir.run import BuildError
+
+        if isinstance(exc, (BuildError, LoweringError)):
+            return f"build failed: {message}"
+        if isinstance(exc, EvaluationError):
+            return f"the reference evaluation failed: {message}"
+        return f"cannot run: {message}" if phase != "timing" else f"run failed: {message}"
+    if phase == "timing":
+        from leir.lower import tvm_error_message
+
+        return f"run failed: {tvm_error_message(exc)}"
+    if phase == "building":
+        from leir.lower import tvm_error_message
+
+        return f"build failed: {type(exc).__name__}: {tvm_error_message(exc)}"
+    return f"{type(exc).__name__}: {message}"
+
+
+class _Runner:
+    def __init__(self, config: dict):
+        import tvm  # noqa: F401 - the seconds of start-up belong here, not to the first job
+
+        from leir.measure.rpc import RPC
+
+        self.config = config
+        self.rpc = RPC(**config["rpc"]) if config.get("rpc") else None
+        self.target = self.rpc.target if self.rpc else config["target"]
+        self.library_dir = config.get("library_dir")
+        if self.rpc is None:
+            self._tvm_target = None
+            if self.target == "cuda":
+                from leir.targets import cuda_target
+
+                if cuda_target() is None:
+                    raise JobFailure("no CUDA GPU is available on this machine")
+        else:
+            self._tvm_target = None  # built on first use (a GPU's arch may need a session)
+
+    def describe(self) -> dict:
+        import tvm
+
+        return {"pid": os.getpid(), "tvm": tvm.__version__}
+
+    # ------------------------------------------------------------ build
+
+    def build(self, job: dict) -> _Built:
+        from leir.document import load_leir
+        from leir.evaluate import evaluate
+        from leir.run import random_inputs
+
+        doc = load_leir(job["program"])
+        if not doc.ok:
+            first = next(d for d in doc.diagnostics if d.is_error)
+            raise JobFailure(f"the program does not check: {first.message}")
+        analysis = doc.analysis
+        built = _Built(analysis, {}, {}, job)
+        if self.rpc is None:
+            from leir.run import compile_program
+
+            compiled = compile_program(analysis, self.target)
+            built.module, built.notes = compiled, list(compiled.notes)
+        else:
+            built.library, built.notes = self._export(analysis, job["id"])
+        built.inputs = random_inputs(analysis, job.get("seed", 0))
+        built.expected = evaluate(analysis, built.inputs)
+        return built
+
+    def _export(self, analysis, job_id: int) -> tuple[str, list[str]]:
+        """Cross-compile for the RPC device and export a shared library."""
+        from leir.lower import lower, thread_loops
+        from leir.run import PACKED_DTYPES, RunError, build
+        from leir.targets import gpu_problems
+
+        for t in analysis.tensors.values():
+            if t.role != "tmp" and t.dtype in PACKED_DTYPES:
+                raise RunError(f"{t.name} is {t.dtype}: TVM packs {t.dtype} two to a byte and cannot take it from NumPy")
+        notes = []
+        if self.target == "llvm":
+            threads = thread_loops(analysis)
+            if threads:
+                notes.append(f"thread-bound loops {', '.join(threads)} were run as serial loops on the CPU")
+            func = lower(analysis, threads_as_serial=bool(threads))
+        else:
+            problems = gpu_problems(analysis)
+            if problems:
+                from leir.run import BuildError
+
+                raise BuildError(problems[0])
+            func = lower(analysis)
+        executable = build(func, self._rpc_target())
+        path = os.path.join(self.library_dir, f"leir_{os.getpid()}_{job_id}.so")
+        executable.export_library(path)
+        return path, notes
+
+    def _rpc_target(self):
+        if self._tvm_target is None:
+            import tvm
+
+            from leir.targets import cuda_build_target, host_target
+
+            if self.target == "llvm":
+                self._tvm_target = (host_target() if self.rpc.mcpu is None
+                                    else tvm.target.Target({"kind": "llvm", "mcpu": self.rpc.mcpu}))
+            else:
+                arch = self.rpc.arch or self._remote_arch()
+                self._tvm_target = cuda_build_target(arch)
+        return self._tvm_target
+
+    def _remote_arch(self) -> str:
+        from leir.measure.rpc import request_session
+
+        session, _ = request_session(self.rpc, session_timeout=60)
+        return "sm_" + session.cuda(0).compute_version.replace(".", "")
+
+    # ------------------------------------------------------------ verify and time
+
+    def time(self, built: _Built, phase) -> dict:
+        job = built.job
+        if job.get("fault"):
+            _inject(job["fault"], self.config)
+        if self.rpc is None:
+            module, device, server = built.module.module, built.module.device, None
+            return self._verify_and_time(built, module, device, server)
+        from leir.measure.rpc import request_session
+
+        phase("waiting for a device")
+        session, server = request_session(self.rpc, session_timeout=job.get("timeout_s") or 60)
+        phase("timing")
+        try:
+            name = os.path.basename(built.library)
+            session.upload(built.library)
+            module = session.load_module(name)
+            device = session.cpu(0) if self.target == "llvm" else session.cuda(0)
+            return self._verify_and_time(built, module, device, server)
+        finally:
+            try:
+                os.unlink(built.library)
+            except OSError:
+                pass
+
+    def _verify_and_time(self, built: _Built, module, device, server: str | None) -> dict:
+        import numpy as np
+        import tvm
+
+        from leir.inputs import zeros
+        from leir.measure.timing import time_module
+        from leir.run import compare
+
+        analysis, job = built.analysis, built.job
+        params = [tvm.runtime.tensor(built.inputs[t.name], device) for t in analysis.inputs()]
+        results = {t.name: tvm.runtime.tensor(zeros(t), device) for t in analysis.outputs()}
+        args = params + list(results.values())
+        module["main"](*args)
+        device.sync()
+        outputs = {name: value.numpy() for name, value in results.items()}
+        if job.get("fault") == "wrong" and outputs:
+            first = next(iter(outputs))
+            outputs[first] = (outputs[first] + np.ones_like(outputs[first])).astype(outputs[first].dtype)
+        comparisons = {t.name: compare(outputs[t.name], built.expected[t.name], t.dtype) for t in analysis.outputs()}
+        wrong = [name for name, c in comparisons.items() if not c.ok]
+        if wrong:
+            c = comparisons[wrong[0]]
+            total = analysis.tensors[wrong[0]].size
+            raise JobFailure(f"wrong result: {wrong[0]} differs from the reference ({c.mismatched} of {total} elements "
+                             f"outside tolerance; max abs err {c.max_abs_err:.3g}, max rel err {c.max_rel_err:.3g})",
+                             comparisons=_comparisons_json(comparisons))
+        seconds, number = time_module(module, device, args, repeat=job["repeat"], min_run_ms=job["min_run_ms"])
+        payload = {"seconds": seconds, "number": number, "comparisons": _comparisons_json(comparisons),
+                   "notes": list(built.notes), "server": server, "measured_at": time.time()}
+        if job.get("vendor"):
+            payload["vendor"] = self._vendor(built)
+        return payload
+
+    def _vendor(self, built: _Built) -> dict | None:
+        from leir.measure.vendor import vendor_latency
+
+        job = built.job
+        kwargs = {"repeat": job["repeat"], "min_run_ms": job["min_run_ms"], "seed": job.get("seed", 0),
+                  "device": "cpu" if self.target == "llvm" and self.rpc is None else self.target}
+        if job.get("workload"):
+            from leir.document import load_leir
+
+            doc = load_leir(job["workload"])
+            if not doc.ok:
+                return None
+            result = vendor_latency(doc.analysis, **kwargs)
+        else:
+            result = vendor_latency(built.analysis, inputs=built.inputs, expected=built.expected, **kwargs)
+        return None if result is None else result.to_json()
+
+
+def _comparisons_json(comparisons: dict) -> dict:
+    from leir.measure.cache import _comparison_json
+
+    return {name: _comparison_json(c) for name, c in comparisons.items()}
+
+
+def _inject(fault: str, config: dict) -> None:
+    """The test hook (see the module docstring)."""
+    if fault == "crash":
+        import ctypes
+
+        ctypes.string_at(0)  # reads address 0: SIGSEGV, as a kernel writing out of bounds would get
+    elif fault == "hang":
+        deadline = time.monotonic() + HANG_LIMIT_S
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+    elif fault == "oom":
+        import numpy as np
+
+        hoard = []
+        for _ in range(1 << 14):  # 16,384 x 64 MiB = 1 TiB: past any cap
+            # np.empty reserves address space without touching it: the cap
+            # is reached without taking the machine's memory.
+            hoard.append(np.empty(64 << 20, dtype=np.uint8))
+        del hoard
+    elif fault != "wrong":
+        sys.stderr.write(f"leir measure worker: unknown fault {fault!r}\n")
