@@ -1,0 +1,708 @@
+"""Multi-step optimization: a sequence of verified steps that makes a program
+faster on real hardware (``leir optimize``).
+
+At each state the search lists every step that applies (``leir.transforms.
+candidates``, loop and memory transformations), ranks them with a cheap
+heuristic computed from the program alone (loop extents, reduction axes,
+access strides: nothing is built), measures the best few plus one picked at
+random for exploration, and keeps a step only if the rewritten program passes
+``leir.transforms.verify`` against the program it came from. So the last
+program equals the first by a chain of verified steps, and its trace replays
+(``leir.transforms.replay``) to the same program.
+
+Strategies:
+
+- ``greedy``: each round keeps the fastest verified candidate if it is at
+  least ``MIN_GAIN`` faster than the current program, else stops;
+- ``beam``: keeps the ``beam_width`` fastest verified programs of each round,
+  improving or not (a split that only pays off after a vectorize survives);
+- ``mcts``: a small UCT search (Step-TP's reward: start time / new time) over
+  the same ranked candidates, ``iterations`` rounds of select, expand (measure
+  a few children of the selected node), back-propagate.
+
+**The budget** counts distinct programs whose latency the search asks for,
+the starting program included; asking twice for one program (reached by two
+paths) costs once. A measurement answered from the measurement engine's
+on-disk cache is counted too, so the search takes the same path whether or
+not the cache is warm; the summary says how many were cache hits (free in
+time, not in budget). Programs that fail to apply are never measured and cost
+nothing; a build or run failure costs one measurement.
+
+**Measurement** goes through a ``Measurer``: a callable taking analysed
+programs and returning a ``Timing`` each. ``default_measurer`` uses the
+measurement engine (``leir.measure``) when it is importable, and otherwise
+``FallbackMeasurer``, an in-process compile and ``time_evaluator`` loop.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import statistics
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+from leir import ast as A
+from leir import affine
+from leir.errors import LeirError
+from leir.semantics import Analysis, EquationInfo, analyze
+
+STRATEGIES = ("greedy", "beam", "mcts")
+TARGETS = ("llvm", "cuda")
+
+#: Loop and memory transformations: the ones that change latency without
+#: changing the arithmetic. (Operator, algebraic and algorithmic rewrites
+#: change the computation itself; they are the user's call, not a search's.)
+SEARCHED = (
+    "split", "tile", "reorder", "fuse", "unroll", "parallelize", "vectorize", "bind", "rfactor",
+    "decompose_reduction", "cache_read", "cache_write", "set_scope", "transform_layout", "storage_align",
+    "compute_at", "reverse_compute_at", "compute_inline", "reverse_compute_inline", "precompute",
+)
+#: A step is an improvement only when it is at least this much faster:
+#: repeated timings of one program on this machine differ by about 1-2%.
+MIN_GAIN = 0.03
+#: Measured candidates per round when the budget allows more (greedy, beam).
+MAX_PER_ROUND = 8
+#: Children measured per MCTS expansion at most.
+MAX_PER_EXPANSION = 4
+#: UCT's exploration constant (sqrt(2): the textbook value for rewards in [0, 1]-ish ranges).
+UCT_C = math.sqrt(2)
+
+
+class OptimizeError(LeirError):
+    """Bad arguments to the search, or a starting program it cannot time."""
+
+
+# ------------------------------------------------------------ measuring
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One measured program: its median latency, or why there is none."""
+
+    ms: float | None
+    error: str | None = None
+    #: Answered from a cache rather than timed now.
+    cached: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.ms is not None
+
+
+#: Times each program of a batch (a batch lets an engine use its workers).
+Measurer = Callable[[Sequence[Analysis]], list[Timing]]
+
+
+class FallbackMeasurer:
+    """FALLBACK measurer, used only when ``leir.measure`` (the measurement
+    engine, with its worker processes and SQLite cache) is not importable:
+    builds in this process with ``leir.run.compile_program`` and times with
+    TVM's ``time_evaluator``: ``repeat`` runs of at least ``min_repeat_ms``
+    each (after one warm-up call), median of their per-call means."""
+
+    def __init__(self, target: str = "llvm", repeat: int = 5, min_repeat_ms: int = 20):
+        self.target = target
+        self.repeat = repeat
+        self.min_repeat_ms = min_repeat_ms
+
+    def __call__(self, analyses: Sequence[Analysis]) -> list[Timing]:
+        return [self.one(a) for a in analyses]
+
+    def one(self, analysis: Analysis) -> Timing:
+        import tvm
+
+        from leir.inputs import random_inputs, zeros
+        from leir.run import compile_program
+
+        try:
+            compiled = compile_program(analysis, self.target)
+            inputs = random_inputs(analysis, 0)
+            dev = compiled.device
+            args = [tvm.runtime.tensor(inputs[t.name], dev) for t in analysis.inputs()]
+            args += [tvm.runtime.tensor(zeros(t), dev) for t in analysis.outputs()]
+            timer = compiled.module.time_evaluator("main", dev, number=1, repeat=self.repeat,
+                                                   min_repeat_ms=self.min_repeat_ms)
+            compiled.module["main"](*args)  # warm-up: first-touch page faults, thread pool start
+            seconds = list(timer(*args).results)
+            return Timing(statistics.median(seconds) * 1e3)
+        except LeirError as e:
+            return Timing(None, str(e))
+        except Exception as e:  # TVM reports runtime faults as assorted types
+            return Timing(None, f"{type(e).__name__}: {e}".splitlines()[0])
+
+
+class EngineMeasurer:
+    """The measurement engine (``leir.measure.MeasurementEngine``) as a
+    ``Measurer``: a batch goes through ``measure_many`` (its workers build
+    in parallel; timings take the CPU alone), results come from its SQLite
+    cache when it has them. The engine also checks every program against
+    the NumPy evaluation; a wrong one comes back as a failure."""
+
+    def __init__(self, engine, workload: Analysis | None = None):
+        self.engine = engine
+        self.workload = workload
+
+    def __call__(self, analyses: Sequence[Analysis]) -> list[Timing]:
+        out = []
+        for m in self.engine.measure_many(list(analyses)):
+            if m.error is not None or m.median_ms is None:
+                out.append(Timing(None, str(m.error or "no latency"), bool(m.cached)))
+            else:
+                out.append(Timing(float(m.median_ms), None, bool(m.cached)))
+        return out
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def default_measurer(target: str = "llvm") -> Measurer:
+    """The measurement engine for ``target``; the in-process fallback when
+    ``leir.measure`` is not importable or ``LEIR_MEASURE=fallback``."""
+    if os.environ.get("LEIR_MEASURE") != "fallback":
+        try:
+            from leir.measure import MeasurementEngine
+        except ImportError:
+            pass
+        else:
+            # No vendor timing per candidate: the search compares candidates
+            # with each other, and the vendor figure is the workload's, not theirs.
+            return EngineMeasurer(MeasurementEngine(target, vendor=False))
+    return FallbackMeasurer(target)
+
+
+# ------------------------------------------------------------ states
+
+
+def program_key(program: A.Program) -> str:
+    from leir.printer import print_program
+
+    return print_program(program)
+
+
+@dataclass
+class State:
+    analysis: Analysis
+    key: str
+    ms: float | None = None
+    error: str | None = None
+    #: The steps from the start, and the state each one left.
+    trace: tuple = ()
+    parent: "State | None" = None
+    verified: bool | None = None
+    verify_note: str = ""
+
+    @property
+    def program(self) -> A.Program:
+        return self.analysis.program
+
+
+class BudgetSpent(Exception):
+    pass
+
+
+class Budget:
+    """Measurements: memoised by program text, counted, capped."""
+
+    def __init__(self, measurer: Measurer, limit: int, progress: Callable[[str], None] | None = None):
+        self.measurer = measurer
+        self.limit = limit
+        self.timings: dict[str, Timing] = {}
+        self.cache_hits = 0
+        self.progress = progress
+
+    @property
+    def used(self) -> int:
+        return len(self.timings)
+
+    @property
+    def left(self) -> int:
+        return self.limit - self.used
+
+    def measure(self, states: Iterable[State]) -> None:
+        """Fill ``ms``/``error`` of each state; states past the budget are
+        left unmeasured (``ms`` None, ``error`` "budget spent")."""
+        todo: dict[str, State] = {}
+        states = list(states)
+        for s in states:
+            if s.key not in self.timings and s.key not in todo and len(todo) < self.left:
+                todo[s.key] = s
+        if todo:
+            timings = self.measurer([s.analysis for s in todo.values()])
+            for key, t in zip(todo, timings):
+                self.timings[key] = t
+                self.cache_hits += t.cached
+            if self.progress:
+                self.progress(f"measured {len(todo)} programs ({self.used}/{self.limit} of the budget)")
+        for s in states:
+            t = self.timings.get(s.key)
+            if t is None:
+                s.ms, s.error = None, "budget spent"
+            else:
+                s.ms, s.error = t.ms, t.error
+
+
+def _verify(state: State) -> bool:
+    """Verify ``state`` against its parent (once)."""
+    if state.verified is None:
+        from leir.transforms import verify
+
+        try:
+            v = verify(state.parent.analysis, state.analysis)
+            state.verified, state.verify_note = v.ok, v.summary()
+        except LeirError as e:
+            state.verified, state.verify_note = False, str(e)
+    return state.verified
+
+
+# ------------------------------------------------------------ ranking
+
+
+@dataclass(frozen=True)
+class Ranked:
+    step: object  # leir.transforms.Step
+    title: str
+    score: float
+    #: Facts behind the score, one short clause each, for the reasoning.
+    facts: tuple[str, ...]
+
+
+def _row_strides(shape: Sequence[int]) -> list[int]:
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= n
+    return strides[::-1]
+
+
+def access_strides(analysis: Analysis, info: EquationInfo, var: str) -> dict[str, int | None]:
+    """Element stride of each tensor access of an equation as ``var``
+    advances by one (None where an index is not affine)."""
+    eq = info.equation
+    accesses = [eq.lhs] + [n for n in A.walk(eq.rhs) if isinstance(n, A.Access)]
+    out: dict[str, int | None] = {}
+    for a in accesses:
+        t = analysis.tensors.get(a.tensor)
+        if t is None or not a.indices:
+            continue
+        shape = getattr(t, "shape", None)
+        if not shape or len(shape) != len(a.indices):
+            continue
+        stride: int | None = 0
+        for index, row in zip(a.indices, _row_strides(shape)):
+            form = affine.linearize(index)
+            if form is None:
+                stride = None
+                break
+            stride += form.coeff(var) * row
+        name = a.tensor
+        if name in out and out[name] != stride:
+            name = f"{a.tensor}#{len(out)}"
+        out[name] = stride
+    return out
+
+
+def _strides_text(strides: dict[str, int | None]) -> str:
+    return ", ".join(f"{n.split('#')[0]} {'?' if s is None else s}" for n, s in strides.items())
+
+
+def _contiguous(strides: dict[str, int | None]) -> bool:
+    return bool(strides) and all(s in (0, 1) for s in strides.values()) and any(s == 1 for s in strides.values())
+
+
+def rank(analysis: Analysis, target: str = "llvm") -> list[Ranked]:
+    """Every searched candidate step with a heuristic score, best first."""
+    from leir import transforms
+    from leir.transforms.base import Context
+
+    ctx = Context(analysis)
+    only = tuple(i for i in SEARCHED if target == "cuda" or i != "bind")
+    ranked = []
+    for c in transforms.candidates(ctx, None, only=only):
+        try:
+            score, facts = _score(ctx, c.step, target)
+        except LeirError:
+            score, facts = 1.0, ()
+        ranked.append(Ranked(c.step, c.title, score, facts))
+    ranked.sort(key=lambda r: -r.score)  # stable: ALL order among equals
+    return ranked
+
+
+def _innermost(ctx, site) -> bool:
+    return not any(any(o is site.loop for o in s.outer) for s in ctx.loop_sites)
+
+
+def _iterations(info: EquationInfo) -> int:
+    return math.prod(l.extent for l in info.loops)
+
+
+def _share(ctx, step) -> float:
+    """The fraction of the program's loop iterations spent in the equations
+    the step's block or loop encloses (a step on a small nest matters less)."""
+    total = sum(_iterations(i) for i in ctx.analysis.equations) or 1
+    args = step.args
+    if "block" not in args:
+        return 1.0
+    if "loop" in args:
+        eqs = ctx.loop_site(args["block"], args["loop"]).equations
+        return sum(_iterations(ctx.analysis.equations[e]) for e in eqs) / total
+    return _iterations(ctx.equation_of_block(args["block"])) / total
+
+
+def _score(ctx, step, target: str) -> tuple[float, tuple[str, ...]]:
+    try:
+        share = _share(ctx, step)
+    except LeirError:
+        share = 1.0
+    score, facts = _base_score(ctx, step, target)
+    if share < 0.999:
+        facts = facts + (f"{share:.0%} of the program's loop iterations",)
+    return score * (0.3 + 0.7 * share), facts
+
+
+def _base_score(ctx, step, target: str) -> tuple[float, tuple[str, ...]]:
+    args, sid = step.args, step.id
+    cores = os.cpu_count() or 1
+    site = ctx.loop_site(args["block"], args["loop"]) if "loop" in args and "block" in args else None
+    info = ctx.equation_of_block(args["block"]) if "block" in args else None
+    if sid == "parallelize" and site is not None:
+        facts = (f"{site.loop.extent} iterations over {cores} cores",)
+        # An inner parallel loop starts its threads once per outer iteration.
+        return 100 - 40 * site.depth - (40 if site.loop.extent < cores else 0), facts
+    if sid == "bind":
+        return 90 - 5 * (site.depth if site else 0), ()
+    if sid == "vectorize" and site is not None and info is not None:
+        strides = access_strides(ctx.analysis, info, site.loop.var)
+        facts = (f"{site.loop.extent} lanes", f"strides along {site.loop.var}: {_strides_text(strides)}")
+        score = 90 if _contiguous(strides) else 25
+        if site.loop.extent > 64:
+            score -= 15  # LLVM splits a long vector loop anyway; a split first gives it a better width
+        if site.loop.extent % 4:
+            score -= 20
+        return score, facts
+    if sid == "reorder" and info is not None:
+        outer, inner = args["loops"]
+        inner_site = ctx.loop_site(args["block"], inner)
+        if _innermost(ctx, inner_site):
+            now = access_strides(ctx.analysis, info, inner)
+            then = access_strides(ctx.analysis, info, outer)
+            facts = (f"innermost {inner} has strides {_strides_text(now)}",
+                     f"{outer} would have {_strides_text(then)}")
+            if _contiguous(then) and not _contiguous(now):
+                return 85, facts
+            return 15, facts
+        return 20, ()
+    if sid == "split" and site is not None and info is not None:
+        inner = args["factors"][1]
+        exact = site.loop.extent % inner == 0
+        strides = access_strides(ctx.analysis, info, site.loop.var)
+        reduction = site.loop.var in info.reduce_axes
+        facts = (f"{site.loop.extent} iterations into {args['factors'][0]}x{inner}",)
+        score = 15.0
+        if _innermost(ctx, site) and _contiguous(strides) and inner in (8, 16, 32):
+            score, facts = 60.0, facts + (f"strides along {site.loop.var}: {_strides_text(strides)}",)
+        elif reduction and inner in (16, 32, 64):
+            score, facts = 40.0, facts + (f"{site.loop.var} is a reduction axis",)
+        elif inner in (8, 16, 32):
+            score = 30.0
+        return score - (30 if not exact else 0), facts
+    if sid == "tile" and info is not None:
+        # Tiling pays where a reduction re-reads data across the tiled loops.
+        sizes = args.get("sizes", [])
+        good = all(s in (8, 16, 32) for s in sizes) and bool(info.reduce_axes)
+        return (45.0 if good else 12.0), (f"{'x'.join(map(str, sizes))} tiles",)
+    if sid == "unroll" and site is not None:
+        if _innermost(ctx, site) and site.loop.extent <= 16:
+            return 30.0, (f"{site.loop.extent} iterations",)
+        return 5.0, ()
+    if sid in ("compute_at", "reverse_compute_at", "compute_inline", "reverse_compute_inline"):
+        return 35.0, ()
+    if sid == "cache_write":
+        return 25.0, ()
+    if sid == "fuse":
+        return 15.0, ()
+    return 8.0, ()
+
+
+def pick(ranked: list[Ranked], k: int, rng: random.Random, exclude: set[str] = frozenset()) -> list[Ranked]:
+    """The ``k`` best-ranked steps, at most one per (transformation, loop)
+    before a second of the same (so k picks are not six splits of one loop),
+    with the last pick drawn at random from the rest when k > 2."""
+    pool = [r for r in ranked if r.step.key not in exclude]
+    if k <= 0 or not pool:
+        return []
+    exploit = k - 1 if k > 2 else k
+    chosen, seen = [], set()
+    for r in pool:
+        where = (r.step.id, r.step.args.get("block"), r.step.args.get("loop"), str(r.step.args.get("loops")))
+        if where not in seen:
+            seen.add(where)
+            chosen.append(r)
+        if len(chosen) == exploit:
+            break
+    for r in pool:
+        if len(chosen) >= exploit:
+            break
+        if r not in chosen:
+            chosen.append(r)
+    rest = [r for r in pool if r not in chosen]
+    if len(chosen) < k and rest:
+        chosen.append(rng.choice(rest))
+    return chosen
+
+
+# ------------------------------------------------------------ the search
+
+
+@dataclass
+class TrajectoryStep:
+    id: str
+    args: dict
+    latency_before_ms: float
+    latency_after_ms: float
+    speedup: float
+    reasoning: str
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "args": self.args, "latency_before_ms": round(self.latency_before_ms, 4),
+                "latency_after_ms": round(self.latency_after_ms, 4), "speedup": round(self.speedup, 3),
+                "reasoning": self.reasoning}
+
+
+@dataclass
+class Result:
+    start_ms: float
+    steps: list[TrajectoryStep]
+    final: A.Program
+    strategy: str
+    target: str
+    measurements: int
+    budget: int
+    cache_hits: int
+    stop_reason: str
+    measurer: str = ""
+
+    @property
+    def final_ms(self) -> float:
+        return self.steps[-1].latency_after_ms if self.steps else self.start_ms
+
+    @property
+    def trace(self) -> list:
+        from leir.transforms import Step
+
+        return [Step(s.id, s.args) for s in self.steps]
+
+    def to_json(self) -> dict:
+        from leir.printer import print_program
+
+        return {"start_ms": round(self.start_ms, 4), "steps": [s.to_json() for s in self.steps],
+                "final": print_program(self.final), "final_ms": round(self.final_ms, 4),
+                "speedup": round(self.start_ms / self.final_ms, 3), "strategy": self.strategy,
+                "target": self.target, "measurements": self.measurements, "budget": self.budget,
+                "cache_hits": self.cache_hits, "stop_reason": self.stop_reason, "measurer": self.measurer}
+
+
+def _children(state: State, picks: list[Ranked]) -> list[tuple[State, Ranked]]:
+    """The programs the picked steps produce (steps TVM or our checks refuse
+    are dropped: they were never measured)."""
+    from leir import transforms
+
+    out = []
+    for r in picks:
+        try:
+            program = transforms.apply(state.analysis, r.step)
+        except LeirError:
+            continue
+        analysis = analyze(program)
+        out.append((State(analysis, program_key(program), trace=state.trace + ((r.step, r),), parent=state), r))
+    return out
+
+
+def _reasoning(r: Ranked, before: float, after: float, verify_note: str) -> str:
+    head = r.step.id
+    loop = r.step.args.get("loop") or ",".join(r.step.args.get("loops", []) or [])
+    if loop:
+        head += f" {loop}"
+    facts = "; ".join(r.facts) if r.facts else r.title
+    text = f"{head}: {facts}; measured {before:.3g} ms -> {after:.3g} ms ({before / after:.2f}x)"
+    if verify_note:
+        text += "; verified against the previous program"
+    return text
+
+
+def _trajectory(final: State) -> list[TrajectoryStep]:
+    chain = []
+    s = final
+    while s.parent is not None:
+        chain.append(s)
+        s = s.parent
+    out = []
+    for s in reversed(chain):
+        step, r = s.trace[-1]
+        out.append(TrajectoryStep(step.id, step.args, s.parent.ms, s.ms, s.parent.ms / s.ms,
+                                  _reasoning(r, s.parent.ms, s.ms, s.verify_note)))
+    return out
+
+
+def optimize(analysis: Analysis, steps: int = 4, budget: int | None = None, strategy: str = "greedy",
+             target: str = "llvm", measurer: Measurer | None = None, seed: int = 0, beam_width: int = 3,
+             iterations: int = 10, progress: Callable[[str], None] | None = None) -> Result:
+    """Search for at most ``steps`` verified steps using at most ``budget``
+    measurements (default 6 per step, the start included)."""
+    if strategy not in STRATEGIES:
+        raise OptimizeError(f"unknown strategy {strategy!r}: expected one of {', '.join(STRATEGIES)}")
+    if target not in TARGETS:
+        raise OptimizeError(f"unknown target {target!r}: expected one of {', '.join(TARGETS)}")
+    if steps < 1:
+        raise OptimizeError(f"--steps must be at least 1, got {steps}")
+    budget = 6 * steps + 1 if budget is None else budget
+    if budget < 2:
+        raise OptimizeError(f"--budget must be at least 2 (the start and one candidate), got {budget}")
+    if beam_width < 1 or iterations < 1:
+        raise OptimizeError("beam width and iterations must be at least 1")
+    if not analysis.ok:
+        raise OptimizeError("the program has errors; fix them before optimizing it")
+    owned = measurer is None
+    measurer = measurer or default_measurer(target)
+    try:
+        meter = Budget(measurer, budget, progress)
+        start = State(analysis, program_key(analysis.program), verified=True)
+        meter.measure([start])
+        if start.ms is None:
+            raise OptimizeError(f"cannot time the starting program: {start.error}")
+        rng = random.Random(seed)
+        search = {"greedy": _greedy, "beam": _beam, "mcts": _mcts}[strategy]
+        best, reason = search(start, steps, meter, rng, target, beam_width=beam_width, iterations=iterations)
+    finally:
+        if owned and hasattr(measurer, "close"):
+            measurer.close()
+    return Result(start.ms, _trajectory(best), best.program, strategy, target, meter.used, budget,
+                  meter.cache_hits, reason, type(measurer).__name__)
+
+
+def _per_round(meter: Budget, rounds_left: int) -> int:
+    return max(1, min(MAX_PER_ROUND, meter.left // max(1, rounds_left)))
+
+
+def _greedy(start: State, steps: int, meter: Budget, rng: random.Random, target: str, **_) -> tuple[State, str]:
+    """Each round measures the next best-ranked untried steps of the current
+    program and keeps the fastest verified one that improves on it; a round
+    where none does tries the next ones down the ranking (the round is not
+    a step) until the budget or the candidates run out."""
+    current, taken = start, 0
+    tried: set[str] = set()
+    while taken < steps:
+        if meter.left <= 0:
+            return current, "budget spent" if taken else "budget spent; no measured candidate improved"
+        picks = pick(rank(current.analysis, target), _per_round(meter, steps - taken), rng, tried)
+        if not picks:
+            return current, "no measured candidate improved" if tried else "no candidate applies"
+        tried.update(r.step.key for r in picks)
+        children = [c for c, _ in _children(current, picks)]
+        meter.measure(children)
+        improving = sorted((c for c in children if c.ms is not None and c.ms < current.ms * (1 - MIN_GAIN)),
+                           key=lambda c: c.ms)
+        kept = next((c for c in improving if _verify(c)), None)
+        if kept is not None:
+            current, taken, tried = kept, taken + 1, set()
+    return current, f"{steps} steps taken"
+
+
+def _beam(start: State, steps: int, meter: Budget, rng: random.Random, target: str, beam_width: int = 3,
+          **_) -> tuple[State, str]:
+    beam = [start]
+    best = start
+    seen = {start.key}
+    for n in range(steps):
+        if meter.left <= 0:
+            return best, "budget spent"
+        per_state = max(1, _per_round(meter, steps - n) // len(beam))
+        children = []
+        for s in beam:
+            for c, _ in _children(s, pick(rank(s.analysis, target), per_state, rng)):
+                if c.key not in seen:
+                    seen.add(c.key)
+                    children.append(c)
+        meter.measure(children)
+        timed = sorted((c for c in children if c.ms is not None), key=lambda c: c.ms)
+        next_beam = []
+        for c in timed:
+            if len(next_beam) == beam_width:
+                break
+            if _verify(c):
+                next_beam.append(c)
+        if not next_beam:
+            return best, "no candidate applies" if not children else "no measured candidate verified"
+        beam = next_beam
+        if beam[0].ms < best.ms * (1 - MIN_GAIN):
+            best = beam[0]
+    return best, f"{steps} rounds searched"
+
+
+@dataclass
+class _Node:
+    state: State
+    depth: int
+    untried: list[Ranked] | None = None
+    children: list["_Node"] = field(default_factory=list)
+    visits: int = 0
+    reward: float = 0.0
+
+
+def _mcts(start: State, steps: int, meter: Budget, rng: random.Random, target: str, iterations: int = 10,
+          **_) -> tuple[State, str]:
+    root = _Node(start, 0)
+    nodes = [root]
+    per_expansion = max(1, min(MAX_PER_EXPANSION, meter.left // iterations))
+    for _ in range(iterations):
+        if meter.left <= 0:
+            break
+        # Select: descend by UCT through fully expanded nodes.
+        node, path = root, [root]
+        while True:
+            if node.untried is None:
+                node.untried = pick(rank(node.state.analysis, target), MAX_PER_ROUND, rng) if node.depth < steps else []
+            if node.untried or not node.children:
+                break
+            node = max(node.children, key=lambda c: c.reward / c.visits
+                       + UCT_C * math.sqrt(math.log(node.visits + 1) / c.visits))
+            path.append(node)
+        if not node.untried:
+            reward = start.ms / node.state.ms
+        else:
+            # Expand: measure the next few untried steps; keep the verified ones.
+            batch, node.untried = node.untried[:per_expansion], node.untried[per_expansion:]
+            children = [c for c, _ in _children(node.state, batch)]
+            meter.measure(children)
+            reward = 0.0
+            for c in children:
+                if c.ms is None or not _verify(c):
+                    continue
+                child = _Node(c, node.depth + 1, visits=1, reward=start.ms / c.ms)
+                node.children.append(child)
+                nodes.append(child)
+                reward = max(reward, child.reward)
+        for n in path:
+            n.visits += 1
+            n.reward += reward
+    best = min((n.state for n in nodes if n.state.ms is not None), key=lambda s: s.ms)
+    if best.ms >= start.ms * (1 - MIN_GAIN):
+        return start, "no measured candidate improved"
+    return best, f"{iterations} iterations searched" if meter.left > 0 else "budget spent"
+
+
+# ------------------------------------------------------------ printing
+
+
+def format_result(result: Result) -> str:
+    lines = [f"start: {result.start_ms:.4g} ms ({result.strategy}, target {result.target})"]
+    for k, s in enumerate(result.steps, 1):
+        lines.append(f"{k}. {s.id} {json.dumps(s.args, sort_keys=True)}: {s.latency_before_ms:.4g} ms -> "
+                     f"{s.latency_after_ms:.4g} ms ({s.speedup:.2f}x)")
+        lines.append(f"   {s.reasoning}")
+    lines.append(f"final: {result.final_ms:.4g} ms, {result.start_ms / result.final_ms:.2f}x in {len(result.steps)} "
+                 f"steps; {result.measurements}/{result.budget} measurements ({result.cache_hits} from cache); "
+                 f"stopped: {result.stop_reason}")
+    return "\n".join(lines)

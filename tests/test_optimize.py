@@ -1,0 +1,263 @@
+"""``leir optimize``: the multi-step search (leir/optimize.py) and its CLI.
+
+Most tests time programs with ``FakeMeasurer``, a deterministic latency
+model read off the program text, so that they test the search and not the
+machine's load; they still verify every kept step with TVM (slow). One
+test per strategy runs the real in-process measurer end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zlib
+
+import pytest
+
+from leir import transforms
+from leir.optimize import (
+    Budget,
+    FallbackMeasurer,
+    OptimizeError,
+    Timing,
+    access_strides,
+    optimize,
+    pick,
+    program_key,
+    rank,
+)
+from leir.document import load_leir
+from leir.printer import print_program
+from leir.semantics import analyze
+
+MATMUL = """\
+L^{16}_{i}
+  L^{24}_{j}
+    L^{32}_{k} [
+      C_{i,j} += X_{i,k}*W_{k,j};
+    ];
+"""
+
+
+def matmul():
+    return load_leir(MATMUL).analysis
+
+
+class FakeMeasurer:
+    """Latency from the loop kinds in the printed program (a parallel loop
+    halves it, a vector loop thirds it, a split or tile costs 5%), plus a
+    deterministic jitter below 1% so ties break the same way every run.
+    Counts every program it is asked to time."""
+
+    def __init__(self):
+        self.calls: list[str] = []
+
+    def __call__(self, analyses):
+        out = []
+        for a in analyses:
+            text = program_key(a.program)
+            self.calls.append(text)
+            ms = 10.0
+            ms /= 2 ** text.count("P^") * 3 ** text.count("V^")
+            ms *= 1.05 ** max(0, text.count("^{") - 3)
+            ms *= 1 + (zlib.crc32(text.encode()) % 100) / 1e4
+            out.append(Timing(ms))
+        return out
+
+
+def leir(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "leir.cli", *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+# ------------------------------------------------------------ ranking (fast)
+
+
+def test_strides_of_matmul_along_k_and_j():
+    a = matmul()
+    info = a.equations[0]
+    assert access_strides(a, info, "k") == {"C": 0, "X": 1, "W": 24}
+    assert access_strides(a, info, "j") == {"C": 1, "X": 0, "W": 1}
+
+
+def test_rank_puts_parallelize_outer_loop_first_and_stride1_reorder_above_splits():
+    ranked = rank(matmul())
+    assert ranked[0].step == transforms.Step("parallelize", {"block": "C", "loop": "i"})
+    ids = [r.step for r in ranked]
+    swap_jk = ids.index(transforms.Step("reorder", {"block": "C", "loops": ["j", "k"]}))
+    first_split = next(n for n, r in enumerate(ranked) if r.step.id == "split")
+    assert swap_jk < first_split
+    assert all(r.step.id != "bind" for r in ranked)  # a GPU step is not searched on the CPU
+
+
+def test_pick_takes_one_step_per_loop_before_a_second_and_explores():
+    import random
+
+    ranked = rank(matmul())
+    picks = pick(ranked, 5, random.Random(0))
+    assert len(picks) == 5
+    places = [(p.step.id, p.step.args.get("loop"), str(p.step.args.get("loops"))) for p in picks[:4]]
+    assert len(set(places)) == 4
+
+
+@pytest.mark.slow
+def test_budget_memoises_by_program_and_stops_at_the_limit():
+    from leir.optimize import State
+
+    fake = FakeMeasurer()
+    meter = Budget(fake, 2)
+    a = matmul()
+    same = [State(a, program_key(a.program)), State(a, program_key(a.program))]
+    meter.measure(same)
+    assert len(fake.calls) == 1 and meter.used == 1
+    other = analyze(transforms.apply(a, transforms.Step("parallelize", {"block": "C", "loop": "i"})))
+    third = analyze(transforms.apply(a, transforms.Step("reorder", {"block": "C", "loops": ["j", "k"]})))
+    states = [State(other, program_key(other.program)), State(third, program_key(third.program))]
+    meter.measure(states)
+    assert meter.used == 2 and len(fake.calls) == 2
+    assert states[0].ms is not None and states[1].error == "budget spent"
+
+
+def test_bad_arguments_raise_optimize_error():
+    for kwargs in ({"steps": 0}, {"budget": 1}, {"strategy": "anneal"}, {"target": "tpu"}, {"beam_width": 0}):
+        with pytest.raises(OptimizeError):
+            optimize(matmul(), measurer=FakeMeasurer(), **kwargs)
+
+
+# ------------------------------------------------------------ searches (verify builds kernels)
+
+
+def _check_chain(start, result):
+    """Every step verified against its predecessor, and the trace replays to
+    the final program."""
+    current = start
+    for step in result.trace:
+        after = analyze(transforms.apply(current, step))
+        assert transforms.verify(current, after).ok, step
+        current = after
+    assert print_program(current.program) == print_program(result.final)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["greedy", "beam", "mcts"])
+def test_strategy_respects_budget_and_keeps_verified_steps(strategy):
+    fake = FakeMeasurer()
+    start = matmul()
+    result = optimize(start, steps=2, budget=7, strategy=strategy, measurer=fake, iterations=3)
+    assert len(fake.calls) == len(set(fake.calls)) == result.measurements <= 7
+    assert 1 <= len(result.steps) <= 2
+    assert result.final_ms < result.start_ms
+    _check_chain(start, result)
+
+
+@pytest.mark.slow
+def test_greedy_every_step_is_faster_than_the_one_before():
+    result = optimize(matmul(), steps=4, budget=30, strategy="greedy", measurer=FakeMeasurer())
+    assert result.steps
+    for s in result.steps:
+        assert s.latency_after_ms < s.latency_before_ms
+        assert s.speedup > 1
+    for a, b in zip(result.steps, result.steps[1:]):
+        assert a.latency_after_ms == b.latency_before_ms
+    assert result.steps[0].id == "parallelize"  # the fake rewards it most and the heuristic ranks it first
+    assert "16 iterations over" in result.steps[0].reasoning and "measured" in result.steps[0].reasoning
+
+
+@pytest.mark.slow
+def test_greedy_stops_when_nothing_improves():
+    class Flat(FakeMeasurer):
+        def __call__(self, analyses):
+            self.calls.extend(program_key(a.program) for a in analyses)
+            return [Timing(5.0) for _ in analyses]
+
+    result = optimize(matmul(), steps=4, budget=12, measurer=Flat())
+    assert result.steps == [] and "no measured candidate improved" in result.stop_reason
+    assert print_program(result.final) == print_program(matmul().program)
+
+
+@pytest.mark.slow
+def test_failed_measurements_are_never_kept():
+    class Broken(FakeMeasurer):
+        def __call__(self, analyses):
+            timings = super().__call__(analyses)
+            return [t if "P^" not in self.calls[-len(analyses) + k] else Timing(None, "crashed")
+                    for k, t in enumerate(timings)]
+
+    result = optimize(matmul(), steps=2, budget=12, measurer=Broken())
+    assert all(s.id != "parallelize" for s in result.steps)
+
+
+# ------------------------------------------------------------ end to end (real timings)
+
+
+@pytest.mark.slow
+def test_fallback_measurer_times_a_program():
+    [t] = FallbackMeasurer(repeat=3, min_repeat_ms=1)([matmul()])
+    assert t.ok and 0 < t.ms < 1000
+
+
+@pytest.mark.slow
+def test_cli_json_shape_write_and_replay(tmp_path):
+    src = tmp_path / "mm.leir"
+    src.write_text(MATMUL)
+    out = tmp_path / "mm_opt.leir"
+    # The default measurer: the measurement engine, with a cache of its own.
+    result = leir("optimize", str(src), "--steps", "2", "--budget", "5", "--json", "--write", str(out),
+                  env={"LEIR_CACHE_DIR": str(tmp_path / "cache")})
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert {"start_ms", "steps", "final"} <= set(data)
+    assert data["measurements"] <= 5 and data["measurer"] == "EngineMeasurer"
+    for s in data["steps"]:
+        assert set(s) == {"id", "args", "latency_before_ms", "latency_after_ms", "speedup", "reasoning"}
+        assert s["latency_after_ms"] < s["latency_before_ms"]
+        assert "measured" in s["reasoning"]
+    assert out.read_text() == data["final"]
+    assert leir("check", str(out)).returncode == 0
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps(data["steps"]))
+    replayed = leir("replay", str(src), str(trace))
+    assert replayed.returncode == 0, replayed.stderr
+    assert replayed.stdout == out.read_text()
+
+
+@pytest.mark.slow
+def test_cli_mcts_runs_with_the_fallback_measurer(tmp_path):
+    src = tmp_path / "mm.leir"
+    src.write_text(MATMUL)
+    result = leir("optimize", str(src), "--steps", "2", "--budget", "4", "--strategy", "mcts",
+                  "--iterations", "2", env={"LEIR_MEASURE": "fallback"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("start: ") and "final: " in result.stdout
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--steps", "0"], "--steps must be at least 1"),
+    (["--steps", "2", "--budget", "1"], "--budget must be at least 2"),
+    (["--steps", "2", "--strategy", "anneal"], "invalid choice"),
+    (["--steps", "x"], "invalid int value"),
+    ([], "--steps"),
+    (["--steps", "2", "--write", "/nonexistent-dir/out.leir"], "no such directory"),
+])
+def test_cli_bad_arguments_are_one_line_errors(tmp_path, args, fragment):
+    src = tmp_path / "mm.leir"
+    src.write_text(MATMUL)
+    assert_one_line_error(leir("optimize", str(src), *args), fragment)
+
+
+def test_cli_missing_or_broken_file_is_one_line_error(tmp_path):
+    assert_one_line_error(leir("optimize", str(tmp_path / "none.leir"), "--steps", "2"), "none.leir")
+    bad = tmp_path / "bad.leir"
+    bad.write_text(MATMUL.replace("X_{i,k}", "X_{i,q}"))
+    assert_one_line_error(leir("optimize", str(bad), "--steps", "2"), "bad.leir")
