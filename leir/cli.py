@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", metavar="FILE")
     p.add_argument("--at", metavar="LINE:COL", help="only steps that apply at this position (1-based)")
     p.add_argument("--json", action="store_true", help="print a JSON list of {id, title, args, range}")
+    p.add_argument("--kernel", help="which kernel of a Python file with several")
     p.set_defaults(handler=cmd_actions)
 
     p = sub.add_parser("apply", help="apply one step and print (or --write) the new program")
@@ -68,13 +69,48 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step", required=True, metavar="JSON", help="one element of `leir actions --json`, or - for stdin")
     p.add_argument("--verify", action="store_true", help="run before and after on random inputs and compare")
     p.add_argument("--write", action="store_true", help="rewrite the file in place")
+    p.add_argument("--kernel", help="which kernel of a Python file with several")
     p.set_defaults(handler=cmd_apply)
 
     p = sub.add_parser("replay", help="apply a trace of steps (a JSON list) and print the result")
     p.add_argument("file", metavar="FILE")
     p.add_argument("trace", metavar="TRACE.json")
     p.add_argument("--write", action="store_true", help="rewrite the file in place")
+    p.add_argument("--kernel", help="which kernel of a Python file with several")
     p.set_defaults(handler=cmd_replay)
+
+    p = sub.add_parser("optimize", help="search for measured, verified steps that make the program faster")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--steps", type=int, required=True, metavar="N", help="at most N steps")
+    p.add_argument("--budget", type=int, metavar="M", help="at most M programs measured, the start included (default 6N+1)")
+    p.add_argument("--target", choices=["llvm", "cuda"], default="llvm")
+    p.add_argument("--strategy", choices=["greedy", "beam", "mcts"], default="greedy")
+    p.add_argument("--beam-width", type=int, default=3, metavar="B", help="programs kept per round by beam (default 3)")
+    p.add_argument("--iterations", type=int, default=10, help="MCTS iterations (default 10)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the exploration picks")
+    p.add_argument("--json", action="store_true", help='print {"start_ms", "steps", "final", ...} as JSON')
+    p.add_argument("--write", metavar="OUT", help="write the final program to OUT")
+    p.add_argument("--kernel", help="which kernel of a Python file with several")
+    p.set_defaults(handler=cmd_optimize)
+
+    p = sub.add_parser("measure", help="build, check against the numpy reference and time; results are cached")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--target", choices=["llvm", "cuda"], default="llvm",
+                   help="this CPU or this machine's GPU (with --rpc: what the remote devices are)")
+    p.add_argument("--rpc", metavar="HOST:PORT:KEY", help="measure on the devices a TVM RPC tracker pools under KEY")
+    p.add_argument("--repeat", type=int, metavar="N", help="timed runs, each of at least 10 ms (default 7)")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="time limit of each phase of a job (default 60)")
+    p.add_argument("--no-cache", action="store_true", help="measure even when the cache has the program")
+    p.add_argument("--cache-dir", metavar="DIR", help="measurement cache (default $LEIR_CACHE_DIR, $XDG_CACHE_HOME/leir-lsp)")
+    p.add_argument("--kernel", help="which kernel of a Python file with several")
+    p.add_argument("--json", action="store_true", help='print {"median_ms", "min_ms", "max_ms", "runs", ...} (a list for several files)')
+    p.set_defaults(handler=cmd_measure)
+
+    p = sub.add_parser("bench-device", help="measure this CPU's peak FLOP/s and memory bandwidth, for rooflines")
+    p.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (about a second; a lower estimate)")
+    p.add_argument("--cache-dir", metavar="DIR", help="where the figures are kept (as for measure)")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.set_defaults(handler=cmd_bench_device)
     return parser
 
 
@@ -250,12 +286,26 @@ def cmd_run(args) -> int:
 # ----------------------------------------------------- transformations
 
 
-def _transformable(path: str):
+class _PythonFile:
+    """A Python file with TVMScript kernels, as the transformation commands
+    take it: its text; the kernel is chosen per command (``--kernel``)."""
+
+    def __init__(self, path: str, text: str):
+        from leir.diagnostics import SourceText
+
+        self.path = path
+        self.text = text
+        self.source = SourceText(text)
+
+
+def _transformable(path: str, kernel: str | None = None):
+    """The LEIR document of a .leir file, or a ``_PythonFile``."""
     from leir.document import language_of, load_leir, read_text
 
     if language_of(path) != "leir":
-        raise LeirError(f"{path}: transformations of Python/TVMScript files are not available from the CLI yet; "
-                        f"convert the kernel with `leir convert {path} --to leir` first")
+        return _PythonFile(path, read_text(path))
+    if kernel is not None:
+        raise LeirError(f"{path}: --kernel chooses a kernel of a Python file; a .leir file is one program")
     text = read_text(path)
     doc = load_leir(text)
     for d in doc.diagnostics:
@@ -275,21 +325,39 @@ def _position(doc, at: str) -> int:
     return doc.source.offset(line - 1, col - 1)
 
 
-def cmd_actions(args) -> int:
-    import json
+def _in_file(path: str, e: LeirError) -> LeirError:
+    """A kernel-choice error, prefixed with the file it is about."""
+    return LeirError(f"{path}: {e}")
 
+
+def cmd_actions(args) -> int:
     from leir import transforms
 
-    doc = _transformable(args.file)
+    doc = _transformable(args.file, args.kernel)
     at = _position(doc, args.at) if args.at else None
+    if isinstance(doc, _PythonFile):
+        from leir.transforms.tvmscript import KernelError, tvmscript_candidates
+
+        try:
+            found = tvmscript_candidates(doc.text, args.kernel, at)
+        except KernelError as e:
+            raise _in_file(args.file, e) from None
+        _print_actions(doc, found, args.json)
+        return EXIT_OK
     found = transforms.candidates(doc.analysis, at)
-    if args.json:
+    _print_actions(doc, found, args.json)
+    return EXIT_OK
+
+
+def _print_actions(doc, found, as_json: bool) -> None:
+    import json
+
+    if as_json:
         print(json.dumps([c.to_json(doc.source) for c in found], indent=1))
     else:
         for c in found:
             where = doc.source.format_location(c.span) if c.span else "-"
             print(f"{where}\t{c.step.id}\t{c.title}")
-    return EXIT_OK
 
 
 def _read_step(text: str):
@@ -305,7 +373,7 @@ def _read_step(text: str):
     return step_from_json(data), data
 
 
-def _check_not_stale(doc, step, data) -> None:
+def _check_not_stale(doc, step, data, kernel: str | None = None) -> None:
     """A step that carries a range must still be offered at that range."""
     from leir import transforms
     from leir.transforms import StaleStep
@@ -313,7 +381,12 @@ def _check_not_stale(doc, step, data) -> None:
 
     if not isinstance(data, dict) or "range" not in data:
         return
-    offered = transforms.candidates(doc.analysis, None, only=(step.id,))
+    if isinstance(doc, _PythonFile):
+        from leir.transforms.tvmscript import tvmscript_candidates
+
+        offered = [c for c in tvmscript_candidates(doc.text, kernel) if c.step.id == step.id]
+    else:
+        offered = transforms.candidates(doc.analysis, None, only=(step.id,))
     for c in offered:
         if c.step == step and c.span is not None and span_json(doc.source, c.span) == data["range"]:
             return
@@ -332,8 +405,10 @@ def cmd_apply(args) -> int:
     from leir.printer import print_program
     from leir.semantics import analyze
 
-    doc = _transformable(args.file)
+    doc = _transformable(args.file, args.kernel)
     step, data = _read_step(args.step)
+    if isinstance(doc, _PythonFile):
+        return _apply_tvmscript(doc, step, data, args)
     _check_not_stale(doc, step, data)
     program = transforms.apply(doc.analysis, step, Path(args.file).stem)
     out = print_program(program)
@@ -349,6 +424,28 @@ def cmd_apply(args) -> int:
     return EXIT_OK
 
 
+def _apply_tvmscript(doc: _PythonFile, step, data, args) -> int:
+    """``leir apply`` on a Python file: the whole file with the kernel
+    transformed (printed, or written with --write)."""
+    from leir.transforms.tvmscript import KernelError, tvmscript_apply, tvmscript_verify
+
+    try:
+        _check_not_stale(doc, step, data, args.kernel)
+        out = tvmscript_apply(doc.text, step, args.kernel)
+        if args.verify:
+            result = tvmscript_verify(doc.text, out, args.kernel)
+            print(f"verify: {'ok' if result.ok else 'FAILED'}: {result.summary()}", file=sys.stderr)
+            if not result.ok:
+                return EXIT_FINDINGS
+    except KernelError as e:
+        raise _in_file(args.file, e) from None
+    if args.write:
+        write_atomic(Path(args.file), out)
+    else:
+        sys.stdout.write(out)
+    return EXIT_OK
+
+
 def cmd_replay(args) -> int:
     import json
 
@@ -356,7 +453,7 @@ def cmd_replay(args) -> int:
     from leir.document import read_text
     from leir.printer import print_program
 
-    doc = _transformable(args.file)
+    doc = _transformable(args.file, args.kernel)
     try:
         data = json.loads(read_text(args.trace))
     except json.JSONDecodeError as e:
@@ -366,12 +463,101 @@ def cmd_replay(args) -> int:
     if not isinstance(data, list):
         raise LeirError(f"{args.trace}: a trace is a JSON list of steps ({{\"id\", \"args\"}} objects)")
     steps = [transforms.step_from_json(s) for s in data]
+    if isinstance(doc, _PythonFile):
+        from leir.transforms.tvmscript import KernelError, tvmscript_replay
+
+        try:
+            out = tvmscript_replay(doc.text, steps, args.kernel)
+        except KernelError as e:
+            raise _in_file(args.file, e) from None
+        if args.write:
+            write_atomic(Path(args.file), out)
+        else:
+            sys.stdout.write(out)
+        return EXIT_OK
     program = transforms.replay(doc.analysis, steps, Path(args.file).stem)
     out = print_program(program)
     if args.write:
         write_atomic(Path(args.file), out)
     else:
         sys.stdout.write(out)
+    return EXIT_OK
+
+
+def cmd_optimize(args) -> int:
+    import json
+
+    from leir.document import load_program
+    from leir.optimize import format_result, optimize
+    from leir.printer import print_program
+
+    analysis, _ = load_program(args.file, args.kernel)
+    if args.write and not (Path(args.write).parent if str(Path(args.write).parent) else Path(".")).is_dir():
+        # Said before the search, not after minutes of it.
+        raise LeirError(f"{args.write}: no such directory {Path(args.write).parent}")
+    progress = (lambda line: print(f"leir optimize: {line}", file=sys.stderr)) if not args.json else None
+    result = optimize(analysis, steps=args.steps, budget=args.budget, strategy=args.strategy, target=args.target,
+                      seed=args.seed, beam_width=args.beam_width, iterations=args.iterations, progress=progress)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=1))
+    else:
+        print(format_result(result))
+    if args.write:
+        try:
+            write_atomic(Path(args.write), print_program(result.final))
+        except OSError as e:
+            raise LeirError(f"{args.write}: cannot write ({e.strerror})") from None
+    return EXIT_OK
+
+
+# ----------------------------------------------------------------- measure
+
+
+def cmd_measure(args) -> int:
+    import json
+
+    from leir.document import load_program
+    from leir.measure import RPC, MeasurementEngine
+    from leir.measure.report import ProgressBar, format_measurement
+    from leir.measure.timing import DEFAULT_REPEAT
+
+    programs = [load_program(path, args.kernel)[0] for path in args.files]
+    target = RPC.parse(args.rpc, args.target) if args.rpc else args.target
+    workers = None if args.rpc else min(len(programs), 2)  # one TVM worker is enough for one file
+    bar = ProgressBar(sys.stdout) if sys.stdout.isatty() and not args.json else None
+    with MeasurementEngine(target, workers=workers, cache=args.cache_dir or True, timeout_s=args.timeout,
+                           repeat=args.repeat if args.repeat is not None else DEFAULT_REPEAT) as engine:
+        try:
+            results = engine.measure_many(programs, labels=args.files, progress=bar, use_cache=not args.no_cache)
+        finally:
+            if bar is not None:
+                bar.clear()
+    if args.json:
+        rows = [m.to_json() for m in results]
+        if len(rows) > 1:
+            rows = [{"file": path, **row} for path, row in zip(args.files, rows)]
+        print(json.dumps(rows[0] if len(rows) == 1 else rows, indent=1))
+    else:
+        print("\n\n".join(format_measurement(m, path) for path, m in zip(args.files, results)))
+    return EXIT_OK if all(m.ok for m in results) else EXIT_FINDINGS
+
+
+def cmd_bench_device(args) -> int:
+    import json
+    from dataclasses import asdict
+
+    from leir.measure.device import measure_cpu_peaks, save_peaks
+    from leir.measure.report import format_peaks
+
+    peaks = measure_cpu_peaks(quick=args.quick)
+    try:
+        path = save_peaks(peaks, args.cache_dir)
+    except OSError as e:
+        raise LeirError(f"cannot save the device figures ({e.strerror}: {e.filename})") from None
+    if args.json:
+        print(json.dumps({**asdict(peaks), "path": str(path)}, indent=1))
+    else:
+        print(format_peaks(peaks, path))
     return EXIT_OK
 
 

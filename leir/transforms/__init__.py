@@ -5,8 +5,10 @@ is a module with ``ID``, ``TITLE``, ``STEPTP`` (the Step-TP strategy name),
 a function named like the module, ``candidates(ctx, at)`` (cheap: no
 build, no run), ``check(ctx, args)`` (raises a typed ``NotApplicable`` per
 failed precondition) and either ``schedule(sch, ctx, args)`` (the TVM
-schedule primitives that perform it) or ``rewrite(ctx, args)`` (a syntax
-tree rewrite, for steps TVM has no primitive for).
+schedule primitives that perform it, optionally with ``tidy(ctx, args,
+program)`` renaming what TVM named in the raised result) or
+``rewrite(ctx, args)`` (a syntax tree rewrite, for steps TVM has no
+primitive for).
 """
 
 from __future__ import annotations
@@ -17,6 +19,48 @@ from leir import ast as A
 from leir.semantics import Analysis, analyze
 from leir.transforms import split
 from leir.transforms import reorder
+from leir.transforms import tile
+from leir.transforms import fuse
+from leir.transforms import parallelize
+from leir.transforms import unroll
+from leir.transforms import vectorize
+from leir.transforms import bind
+from leir.transforms import rfactor
+from leir.transforms import decompose_reduction
+from leir.transforms import operator_fusion
+from leir.transforms import operator_fission
+from leir.transforms import expression_splitting
+from leir.transforms import common_subexpression_elimination
+from leir.transforms import dead_code_elimination
+from leir.transforms import expression_reorder
+from leir.transforms import tensor_split
+from leir.transforms import tensor_concat
+from leir.transforms import factorization
+from leir.transforms import expand_factorization
+from leir.transforms import cancellation
+from leir.transforms import expand_cancellation
+from leir.transforms import together
+from leir.transforms import apart
+from leir.transforms import powsimp
+from leir.transforms import expand_powsimp
+from leir.transforms import logsimp
+from leir.transforms import expand_log
+from leir.transforms import collect
+from leir.transforms import expand_collect
+from leir.transforms import cache_read
+from leir.transforms import cache_write
+from leir.transforms import set_scope
+from leir.transforms import transform_layout
+from leir.transforms import storage_align
+from leir.transforms import compute_at
+from leir.transforms import reverse_compute_at
+from leir.transforms import compute_inline
+from leir.transforms import reverse_compute_inline
+from leir.transforms import precompute
+from leir.transforms import prefix_max
+from leir.transforms import prefix_sum_exp
+from leir.transforms import online_softmax
+from leir.transforms import attention_without_scores
 from leir.transforms.base import (
     BadStep,
     Candidate,
@@ -37,11 +81,53 @@ from leir.transforms.verify import Verification, verify
 ALL: tuple[ModuleType, ...] = (
     # --- loop
     split,
+    tile,
     reorder,
+    fuse,
+    unroll,
+    parallelize,
+    vectorize,
+    bind,
+    rfactor,
+    decompose_reduction,
     # --- memory
+    cache_read,
+    cache_write,
+    set_scope,
+    transform_layout,
+    storage_align,
+    compute_at,
+    reverse_compute_at,
+    compute_inline,
+    reverse_compute_inline,
+    precompute,
     # --- operator
+    operator_fusion,
+    operator_fission,
+    expression_splitting,
+    common_subexpression_elimination,
+    dead_code_elimination,
+    expression_reorder,
+    tensor_split,
+    tensor_concat,
     # --- algebraic
+    factorization,
+    expand_factorization,
+    cancellation,
+    expand_cancellation,
+    together,
+    apart,
+    powsimp,
+    expand_powsimp,
+    logsimp,
+    expand_log,
+    collect,
+    expand_collect,
     # --- algorithmic
+    prefix_max,
+    prefix_sum_exp,
+    online_softmax,
+    attention_without_scores,
 )
 
 _BY_ID = {t.ID: t for t in ALL}
@@ -93,6 +179,9 @@ def apply(program, step: Step, name: str = "main") -> A.Program:
     t.check(ctx, step.args)
     if hasattr(t, "schedule"):
         result = _apply_schedule(t, ctx, step)
+        if hasattr(t, "tidy"):
+            # Names TVM invents (the ax0, ax1 of compute_at) given back.
+            result = t.tidy(ctx, step.args, result)
     else:
         result = t.rewrite(ctx, step.args)
     after = analyze(result)

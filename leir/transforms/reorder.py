@@ -16,8 +16,11 @@ and commutative, and the result differs at most by rounding.
 It requires: the inner loop directly inside the outer one and the only
 thing in its body (no equation or other loop beside it); neither loop bound
 to a GPU thread; the inner loop not vectorized (a vectorized loop stays
-innermost); when the inner loop is parallel, that its iterations still
-write different elements once the outer loop runs inside it; and no
+innermost); guards under the loops that TVM keeps around reordered
+loops: each conjunct bounds at most one of the loops moved, written as
+``i < n``, ``i + c <= n`` or ``n > i``; when the inner loop is parallel,
+no element accessed, with a write among the accesses, by two of its
+iterations (with the outer loop inside, they all run at once); and no
 element accessed, with a write among the accesses, by two iterations whose
 order the swap reverses (a reduction's own accumulation excepted).
 
@@ -112,15 +115,16 @@ class VectorOutward(NotApplicable):
     code = "reorder-vector-outward"
 
 
+class GuardNotBound(NotApplicable):
+    code = "reorder-guard"
+
+
 class ParallelRace(NotApplicable):
     code = "reorder-parallel-race"
 
 
 class DependenceReversed(NotApplicable):
     code = "reorder-dependence"
-
-
-_KIND_NAME = {"L": "serial", "P": "parallel", "V": "vectorized", "U": "unrolled", "B": "thread-bound"}
 
 
 def candidates(ctx: Context, at: int | None) -> list[Candidate]:
@@ -175,14 +179,25 @@ def _refusal(ctx: Context, outer: LoopSite, inner: LoopSite) -> NotApplicable | 
             f"{b.var}, one vector operation per iteration of {a.var}; swap before vectorizing",
             b.span,
         )
+    guarded = unsupported_guard(ctx, outer, inner)
+    if guarded is not None:
+        info, conjunct = guarded
+        return GuardNotBound(
+            f"TVM cannot swap loops around the guard {guard_text(conjunct)}",
+            f"TVM reorders loops only around guards that bound one of the loops moved ({a.var}, {b.var} and those "
+            f"inside) by a plain comparison such as {a.var} < 5 or {a.var} + 1 <= n; the guard {guard_text(conjunct)} "
+            f"of {info.equation.lhs.tensor} is not one",
+            info.equation.predicate.span if info.equation.predicate is not None else b.span,
+        )
     if b.kind == "P":
-        race = parallel_race(ctx, outer, inner)
+        race = parallel_conflict(ctx, outer, inner)
         if race is not None:
             return ParallelRace(
                 f"parallel loop {b.var} would race outside {a.var}",
-                f"with {a.var} inside it, different iterations of parallel loop {b.var} {race}; "
-                f"keep {b.var} inside {a.var}, or make it serial before swapping",
-                b.span,
+                f"with {a.var} inside it, different iterations of parallel loop {b.var} would run at once: "
+                f"{race.describe(a.var, b.var, parallel=True)}; keep {b.var} inside {a.var}, or make it serial "
+                f"before swapping",
+                race.span or b.span,
             )
     conflict = order_conflict(ctx, outer, inner)
     if conflict is not None:
@@ -283,9 +298,54 @@ def nesting_refusal(ctx: Context, outer: LoopSite, inner: LoopSite, not_nested: 
         return not_only_child(
             f"loop {a.var} holds more than loop {b.var}",
             f"loops {a.var} and {b.var} are {done} only when {b.var} is all that {a.var}'s body holds: "
-            f"the other statements in {a.var} would have to move with {b.var}; split them into a nest of their own first",
+            f"the other statements in {a.var} would have to move with {b.var}; put them in a nest of their own first",
             a.span)
     return None
+
+
+def unsupported_guard(ctx: Context, outer: LoopSite, inner: LoopSite) -> tuple[EquationInfo, A.Expr] | None:
+    """An equation under the pair whose guard TVM's reorder does not
+    accept, with the offending conjunct. TVM keeps a guard around
+    reordered loops only when each conjunct bounds at most one loop of the
+    pair (or inside it) by a plain comparison, with that loop's variable
+    added once on one side (``i < 5``, ``i + 1 <= n``, ``5 > i``, ``j <= k``
+    with ``k`` outside the pair); anything else (``i + j < 8``, ``2*i < 7``,
+    ``7 - i >= 2``, ``i == 3``) makes the block's binding non-affine to it
+    (seen with TVM 0.27)."""
+    for k in inner.equations:
+        info = ctx.analysis.equations[k]
+        guard = info.equation.predicate
+        if guard is None:
+            continue
+        moved = {l.var for l in info.loops[outer.depth:]}
+        for conjunct in _conjuncts(guard):
+            if not (affine.index_vars(conjunct) & moved):
+                continue
+            if not _plain_bound(conjunct, moved):
+                return info, conjunct
+    return None
+
+
+def _conjuncts(e: A.Expr) -> list[A.Expr]:
+    if isinstance(e, A.Binary) and e.op == "&":
+        return _conjuncts(e.lhs) + _conjuncts(e.rhs)
+    return [e]
+
+
+def _plain_bound(e: A.Expr, moved: set[str]) -> bool:
+    if not (isinstance(e, A.Binary) and e.op in ("<", "<=", ">", ">=")):
+        return False
+    sides = [affine.linearize(e.lhs), affine.linearize(e.rhs)]
+    if any(f is None for f in sides):
+        return False
+    terms = [(v, c) for f in sides for v, c in f.coeffs if v in moved]
+    return len(terms) == 1 and terms[0][1] == 1
+
+
+def guard_text(e: A.Expr) -> str:
+    from leir.printer import print_expr
+
+    return print_expr(e)
 
 
 # ------------------------------------------------------------ dependences
@@ -320,16 +380,18 @@ class Conflict:
     def span(self):
         return self.second.access.span or self.first.access.span
 
-    def describe(self, a: str, b: str) -> str:
+    def describe(self, a: str, b: str, parallel: bool = False) -> str:
         x, y = _use_text(self.first), _use_text(self.second)
         if self.witness is None:
             return (f"could not prove that {x} and {y} never touch the same element of {self.tensor} in iterations "
-                    f"that the transformation runs in the other order (an index is not affine or there are too many "
-                    f"iterations to enumerate)")
+                    f"that the transformation would reorder (an index is not affine or there are too many iterations "
+                    f"to enumerate)")
         (a1, b1), (a2, b2), element = self.witness
         where = f"element ({', '.join(map(str, element))})" if element else "the scalar"
-        return (f"{x} at {a}={a1}, {b}={b1} and {y} at {a}={a2}, {b}={b2} both touch {where} of {self.tensor}; "
-                f"{a} before {b} runs them in one order, {b} before {a} in the other")
+        both = f"{x} at {a}={a1}, {b}={b1} and {y} at {a}={a2}, {b}={b2} both touch {where} of {self.tensor}"
+        if parallel:
+            return both
+        return f"{both}; {a} before {b} runs them in one order, {b} before {a} in the other"
 
 
 def _use_text(use: _Use) -> str:
@@ -357,6 +419,27 @@ def order_conflict(ctx: Context, outer: LoopSite, inner: LoopSite) -> Conflict |
     (``outer`` earlier and ``inner`` later in one, the reverse in the
     other): swapping or tiling the pair would run them in the other order.
     Accumulations of one reduction into its element are exempt."""
+
+    def opposite(p, q):
+        return (p[0] - q[0]) * (p[1] - q[1]) < 0
+
+    return _conflict(ctx, outer, inner, opposite, (outer.loop.var, inner.loop.var), exempt_reductions=True)
+
+
+def parallel_conflict(ctx: Context, outer: LoopSite, inner: LoopSite) -> Conflict | None:
+    """Two accesses of the same element, one of them a write, by different
+    iterations of the inner loop: with the inner loop parallel and moved
+    outside the outer one, they would run at once (before, the serial outer
+    loop may have kept them apart)."""
+
+    def different_inner(p, q):
+        return p[1] != q[1]
+
+    return _conflict(ctx, outer, inner, different_inner, (inner.loop.var,), exempt_reductions=False)
+
+
+def _conflict(ctx: Context, outer: LoopSite, inner: LoopSite, related, pinned_any: tuple[str, ...],
+              exempt_reductions: bool) -> Conflict | None:
     infos = [ctx.analysis.equations[k] for k in inner.equations]
     uses = [u for info in infos for u in _uses(info)]
     written = {u.access.tensor for u in uses if u.write}
@@ -365,42 +448,18 @@ def order_conflict(ctx: Context, outer: LoopSite, inner: LoopSite) -> Conflict |
         if u.access.tensor in written:
             by_tensor.setdefault(u.access.tensor, []).append(u)
     a, b = outer.loop, inner.loop
-
-    def opposite(p, q):
-        return (p[0] - q[0]) * (p[1] - q[1]) < 0
-
     for tensor, tensor_uses in by_tensor.items():
         for k, x in enumerate(tensor_uses):
             for y in tensor_uses[k:]:
                 if not (x.write or y.write):
                     continue
-                if x.info is y.info and x.accumulates and y.accumulates:
+                if exempt_reductions and x.info is y.info and x.accumulates and y.accumulates:
                     continue  # reassociating a reduction
-                if _same_affine_element_pins(x, y, outer, (a.var, b.var)):
+                if _same_affine_element_pins(x, y, outer, pinned_any):
                     continue
-                found = _find_pair(x, y, outer, a, b, opposite)
+                found = _find_pair(x, y, outer, a, b, related)
                 if found != ():
                     return Conflict(tensor, x, y, found)
-    return None
-
-
-def parallel_race(ctx: Context, outer: LoopSite, inner: LoopSite) -> str | None:
-    """With the inner loop moved outside the outer one, whether two of its
-    iterations write the same element (a description of the race), for a
-    parallel inner loop."""
-    a, b = outer.loop, inner.loop
-    for k in inner.equations:
-        info = ctx.analysis.equations[k]
-        w = _Use(info.equation.lhs, info, True)
-        if _same_affine_element_pins(w, w, outer, (b.var,)):
-            continue
-        found = _find_pair(w, w, outer, a, b, lambda p, q: p[1] != q[1])
-        if found is None:
-            return f"may write the same element of {w.access.tensor} (could not prove they do not)"
-        if found != ():
-            (_, b1), (_, b2), element = found
-            where = f"element ({', '.join(map(str, element))})" if element else "the scalar"
-            return f"write {where} of {w.access.tensor} ({b.var}={b1} and {b.var}={b2})"
     return None
 
 

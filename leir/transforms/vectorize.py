@@ -1,0 +1,206 @@
+"""Run the iterations of an innermost loop as the lanes of vector instructions.
+
+A vectorized loop (``V``) computes all its iterations with one instruction
+per operation: SIMD on a CPU (AVX, NEON), vector loads and stores on a GPU.
+It pays most on a loop that indexes the last dimension of what it reads and
+writes, so that the lanes touch consecutive elements; split a long loop
+first and vectorize the inner part.
+
+It requires: a serial (L) loop with no loop inside it and no vectorized
+loop around it; 2 to 64 iterations (lanes), or 2 or 4 inside a GPU kernel
+(CUDA's vector types); a loop that is a spatial axis of every equation
+under it (TVM 0.27 vectorizes a reduction axis into a wrong sum); equations
+under it that TVM can schedule (each computes a fresh value or a reduction
+with its implied initial value, is the only writer of its tensor under the
+loop, and a reduction's guard bounds single loop variables); no
+dependence between iterations (no lane reads or writes an element that
+another lane writes); and no temporary used only under the loop (TVM 0.27
+allocates it inside the vector loop, one lane wide: measured wrong).
+
+Example: eight lanes along a row
+
+    step: {"block": "Y", "loop": "ji"}
+
+    before:
+    L^{128}_{i}
+      L^{12}_{jo}
+        L^{8}_{ji}$0 [
+          Y_{i,jo*8+ji} = exp(X_{i,jo*8+ji});
+        ];
+
+    after:
+    L^{128}_{i}
+      L^{12}_{jo}
+        V^{8}_{ji} [
+          Y_{i,jo*8+ji} = exp(X_{i,jo*8+ji});
+        ];
+
+Example: the spatial loop inside a reduction
+
+    step: {"block": "C", "loop": "j"}
+
+    before:
+    L^{64}_{i}
+      L^{32}_{k}
+        L^{16}_{j}$0 [
+          C_{i,j} += X_{i,k}*W_{k,j};
+        ];
+
+    after:
+    L^{64}_{i}
+      L^{32}_{k}
+        V^{16}_{j} [
+          C_{i,j} += X_{i,k}*W_{k,j};
+        ];
+
+Example: not a reduction axis
+
+    step: {"block": "S", "loop": "j"}
+
+    before:
+    L^{64}_{i}
+      L^{16}_{j}$0 [
+        S_{i} += X_{i,j};
+      ];
+
+    refused: vectorize-reduction-axis
+"""
+
+from __future__ import annotations
+
+from leir import ast as A
+from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, loop_arg, tvm_loop
+from leir.transforms.parallelize import KIND_NAMES, concurrency_problem, kind_loops
+
+ID = "vectorize"
+TITLE = "Vectorize loop"
+#: The Step-TP strategy this is (dataset exports use it).
+STEPTP = "loop_vectorization"
+
+#: Most lanes offered on a CPU: 64 f32 lanes are four AVX-512 registers,
+#: and TVM's meta-schedule vectorizes at most 64 iterations
+#: (``max_vectorize_extent``); longer loops are split first.
+MAX_LANES = 64
+#: Lanes inside a GPU kernel. TVM 0.27's CUDA code generator has vector
+#: types of 2 and 4 lanes for every dtype (8 and 16 only for some; measured:
+#: f32x16, f64x8 and boolx8 fail to generate).
+GPU_LANES = (2, 4)
+
+
+class LoopNotSerial(NotApplicable):
+    code = "vectorize-loop-not-serial"
+
+
+class NotInnermost(NotApplicable):
+    code = "vectorize-not-innermost"
+
+
+class InsideVector(NotApplicable):
+    code = "vectorize-inside-vector"
+
+
+class WrongLanes(NotApplicable):
+    code = "vectorize-wrong-lanes"
+
+
+class TemporaryInside(NotApplicable):
+    code = "vectorize-temporary-inside"
+
+
+class ReductionAxis(NotApplicable):
+    code = "vectorize-reduction-axis"
+
+
+class NotCompactDataflow(NotApplicable):
+    code = "vectorize-not-compact-dataflow"
+
+
+class Dependence(NotApplicable):
+    code = "vectorize-dependence"
+
+
+_PROBLEMS = {"reduction-axis": ReductionAxis, "not-compact-dataflow": NotCompactDataflow, "dependence": Dependence}
+
+
+def candidates(ctx: Context, at: int | None) -> list[Candidate]:
+    out = []
+    for site in ctx.loops_at(at):
+        if _refusal(ctx, site) is None:
+            title = f"Vectorize loop {site.loop.var} ({site.loop.extent} lanes)"
+            out.append(Candidate(Step(ID, ctx.loop_ref(site)), title, site.loop.span))
+    return out
+
+
+def _refusal(ctx: Context, site: LoopSite) -> NotApplicable | None:
+    loop = site.loop
+    if loop.kind != "L":
+        kind = KIND_NAMES[loop.kind]
+        return LoopNotSerial(f"loop {loop.var} is {kind}",
+                             f"only a serial (L) loop is vectorized; {loop.var} is already {kind}", loop.span)
+    _, inside = kind_loops(site, ctx, "LPVUB")
+    if inside:
+        inner = inside[0]
+        return NotInnermost(f"loop {loop.var} contains loop {inner.var}",
+                            f"only an innermost loop is vectorized: {loop.var} contains loop {inner.var}, which TVM "
+                            f"would keep as a loop around one vector operation per iteration; vectorize {inner.var} "
+                            f"or move {loop.var} inside it (reorder)", loop.span)
+    around, _ = kind_loops(site, ctx, "V")
+    if around:
+        return InsideVector(f"loop {loop.var} is inside vectorized loop {around[0].var}",
+                            f"loop {loop.var} is inside the vectorized loop {around[0].var}: vectors do not nest",
+                            loop.span)
+    in_kernel = any(l.kind == "B" for l in site.outer)
+    if in_kernel and loop.extent not in GPU_LANES:
+        return WrongLanes(f"{loop.extent} lanes in a GPU kernel",
+                          f"loop {loop.var} has {loop.extent} iterations, but inside a GPU kernel a vector has "
+                          f"{' or '.join(map(str, GPU_LANES))} lanes (CUDA's vector types); split {loop.var} by "
+                          f"{GPU_LANES[-1]} first", loop.span)
+    if not 2 <= loop.extent <= MAX_LANES:
+        return WrongLanes(f"{loop.extent} lanes", f"loop {loop.var} has {loop.extent} iterations; a vector has 2 to "
+                          f"{MAX_LANES} lanes" + (f": split {loop.var} by 8, 16 or 32 first" if loop.extent > MAX_LANES else ""),
+                          loop.span)
+    problem = concurrency_problem(ctx, site, "as vector lanes")
+    if problem is not None:
+        return _PROBLEMS[problem.reason](problem.short, problem.detail, problem.span)
+    return _temporary_refusal(ctx, site)
+
+
+def _temporary_refusal(ctx: Context, site: LoopSite) -> NotApplicable | None:
+    """A temporary used only under the loop: TVM 0.27 allocates it inside
+    the vector loop, one element wide, and the lanes overwrite each other
+    (measured: ``T_{i,j} = X_{i,j} + 1.0; Y_{i,j} = T_{i,j}*2.0`` under a
+    ``V`` loop j computes wrong values)."""
+    inside = set(site.equations)
+    for k in site.equations:
+        info = ctx.analysis.equations[k]
+        tensor = ctx.analysis.tensors[info.equation.lhs.tensor]
+        if tensor.role != "tmp":
+            continue
+        users = {o.index for o in ctx.analysis.equations
+                 if o.equation.lhs.tensor == tensor.name
+                 or any(isinstance(n, A.Access) and n.tensor == tensor.name for n in A.walk(o.equation))}
+        if users <= inside:
+            loop = site.loop
+            return TemporaryInside(f"temporary {tensor.name} is used only inside loop {loop.var}",
+                                   f"every use of the temporary {tensor.name} is inside loop {loop.var}: TVM 0.27 then "
+                                   f"allocates {tensor.name} inside the vector loop, one element wide, and its lanes "
+                                   f"overwrite each other; vectorize a loop around it, or compute {tensor.name} in a "
+                                   f"nest of its own", loop.span)
+    return None
+
+
+def check(ctx: Context, args: dict) -> None:
+    refusal = _refusal(ctx, loop_arg(ctx, args, ID))
+    if refusal is not None:
+        raise refusal
+
+
+def schedule(sch, ctx: Context, args: dict) -> None:
+    sch.vectorize(tvm_loop(sch, args["block"], args["loop"]))
+
+
+def vectorize(program, block: str, loop: str):
+    """Apply a vectorization (see the module docstring) and return the new program."""
+    from leir.transforms import apply
+
+    return apply(program, Step(ID, {"block": block, "loop": loop}))

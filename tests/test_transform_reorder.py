@@ -1,0 +1,392 @@
+"""reorder: swap two directly nested loops when no dependence is reversed
+and TVM's reorder accepts them; one typed error per precondition, each
+naming the loop, guard or access at fault."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from leir.document import load_leir
+from leir.semantics import analyze
+from leir.transforms import NotApplicable, Step, apply, reorder, verify
+from leir.transforms.base import Context
+from leir.transforms.testing import check_action, check_not_applicable
+
+EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.leir"))
+#: Steps applied and verified per example; every one on programs offering
+#: no more than this.
+SAMPLE_PER_EXAMPLE = 3
+
+
+def context(text: str) -> Context:
+    doc = load_leir(text)
+    assert doc.ok, [d.message for d in doc.diagnostics if d.is_error]
+    return Context(doc.analysis)
+
+
+def offered(text: str) -> list[tuple[str, ...]]:
+    return [(c.step.args["block"], *c.step.args["loops"]) for c in reorder.candidates(context(text), None)]
+
+
+# ----------------------------------------------------------------- actions
+
+
+@pytest.mark.slow
+def test_reorder_transpose_makes_the_write_contiguous():
+    check_action(reorder, """\
+# Y = X.T
+L^{128}_{j}$0
+  L^{96}_{i} [
+    Y_{i,j} = X_{j,i};
+  ];
+""", """\
+# Y = X.T
+L^{96}_{i}
+  L^{128}_{j} [
+    Y_{i,j} = X_{j,i};
+  ];
+""")
+
+
+@pytest.mark.slow
+def test_reorder_reduction_loop_outward_keeps_the_implied_init():
+    # S_i starts from 0 at k = 0 whichever loop is outside.
+    check_action(reorder, """\
+L^{32}_{i}$0
+  L^{24}_{k} [
+    S_{i} = max(S_{i}, X_{i,k});
+  ];
+""", """\
+L^{24}_{k}
+  L^{32}_{i} [
+    S_{i} = max(S_{i}, X_{i,k});
+  ];
+""")
+
+
+@pytest.mark.slow
+def test_reorder_two_reduction_loops_reassociate_the_sum():
+    check_action(reorder, """\
+L^{8}_{i}
+  L^{16}_{k}$0
+    L^{12}_{l} [
+      S_{i} += X_{i,k,l};
+    ];
+""", """\
+L^{8}_{i}
+  L^{12}_{l}
+    L^{16}_{k} [
+      S_{i} += X_{i,k,l};
+    ];
+""", args={"block": "S", "loops": ["k", "l"]})
+
+
+@pytest.mark.slow
+def test_reorder_a_nest_written_as_nested_brackets():
+    check_action(reorder, """\
+L^{16}_{i}$0 [
+  L^{12}_{j} [
+    Y_{i,j} = X_{i,j}*2.0;
+  ];
+];
+""", """\
+L^{12}_{j}
+  L^{16}_{i} [
+    Y_{i,j} = X_{i,j}*2.0;
+  ];
+""", args={"block": "Y", "loops": ["i", "j"]})
+
+
+@pytest.mark.slow
+def test_reorder_several_equations_reading_what_they_write_in_the_same_iteration():
+    check_action(reorder, """\
+L^{16}_{i}$0
+  L^{12}_{j} [
+    T_{i,j} = X_{i,j}*2.0;
+    Y_{i,j} = T_{i,j} + 1.0;
+  ];
+""", """\
+L^{12}_{j}
+  L^{16}_{i} [
+    T_{i,j} = X_{i,j}*2.0;
+    Y_{i,j} = T_{i,j} + 1.0;
+  ];
+""", args={"block": "T", "loops": ["i", "j"]})
+
+
+@pytest.mark.slow
+def test_reorder_a_partial_reduction_read_in_the_same_row():
+    # Y reads the running maximum of row i: swapping keeps each row's order.
+    check_action(reorder, """\
+L^{8}_{i}$0
+  L^{10}_{j} [
+    M_{i} = max(M_{i}, X_{i,j});
+    Y_{i,j} = M_{i};
+  ];
+""", """\
+L^{10}_{j}
+  L^{8}_{i} [
+    M_{i} = max(M_{i}, X_{i,j});
+    Y_{i,j} = M_{i};
+  ];
+""", args={"block": "M", "loops": ["i", "j"]})
+
+
+@pytest.mark.slow
+def test_reorder_repeated_writes_in_the_same_direction():
+    # Y_{i-j+7} is written by (i, j) and (i+1, j+1): both loops advance
+    # together, so the last write stays last (found by enumeration).
+    check_action(reorder, """\
+L^{8}_{i}$0
+  L^{8}_{j} [
+    Y_{i-j+7} = X_{i,j};
+  ];
+""", """\
+L^{8}_{j}
+  L^{8}_{i} [
+    Y_{i-j+7} = X_{i,j};
+  ];
+""")
+
+
+@pytest.mark.slow
+def test_reorder_keeps_a_guard_that_bounds_one_loop():
+    check_action(reorder, """\
+L^{4}_{b}
+  L^{16}_{i}$0
+    L^{16}_{j} [
+      Y_{b,i,j} = X_{i,j} where j <= b*4;
+    ];
+""", """\
+L^{4}_{b}
+  L^{16}_{j}
+    L^{16}_{i} [
+      Y_{b,i,j} = X_{i,j} where j <= b*4;
+    ];
+""", args={"block": "Y", "loops": ["i", "j"]})
+
+
+@pytest.mark.slow
+def test_reorder_serial_loop_into_a_parallel_one():
+    check_action(reorder, """\
+P^{32}_{i}$0
+  L^{24}_{j} [
+    Y_{i,j} = X_{i,j} + 1.0;
+  ];
+""", """\
+L^{24}_{j}
+  P^{32}_{i} [
+    Y_{i,j} = X_{i,j} + 1.0;
+  ];
+""")
+
+
+def test_reorder_cursor_on_a_loop_offers_its_pairs():
+    text = """\
+L^{4}_{i}
+  L^{8}_{j}$0
+    L^{16}_{k} [
+      S_{i,j} += X_{i,j,k};
+    ];
+"""
+    at = text.index("$0")
+    ctx = context(text.replace("$0", ""))
+    found = {tuple(c.step.args["loops"]) for c in reorder.candidates(ctx, at)}
+    assert found == {("i", "j"), ("j", "k")}
+    titles = {c.title for c in reorder.candidates(ctx, at)}
+    assert titles == {"Swap loops i and j", "Swap loops j and k"}
+
+
+# ------------------------------------------------------------- refusals
+
+
+def test_reorder_fail_loops_not_nested():
+    text = """\
+L^{4}_{i}$0
+  L^{8}_{j}
+    L^{16}_{k} [
+      S_{i,j} += X_{i,j,k};
+    ];
+"""
+    e = check_not_applicable(reorder, text, reorder.LoopsNotNested, {"block": "S", "loops": ["i", "k"]})
+    assert "k is not the loop directly inside i" in e.detail
+    e = check_not_applicable(reorder, text, reorder.LoopsNotNested, {"block": "S", "loops": ["j", "i"]})
+    assert 'name the outer loop first (["i", "j"])' in e.detail
+
+
+def test_reorder_fail_not_only_child():
+    e = check_not_applicable(reorder, """\
+L^{8}_{i}$0 [
+  T_{i} = X_{i,0};
+  L^{8}_{j} [
+    Y_{i,j} = X_{i,j} - T_{i};
+  ];
+];
+""", reorder.NotOnlyChild, {"block": "Y", "loops": ["i", "j"]})
+    assert "loop i holds more than loop j" in str(e)
+
+
+def test_reorder_fail_thread_bound():
+    text = """\
+B^{8}_{bx}
+  B^{16}_{tx}$0
+    L^{32}_{k} [
+      S_{bx*16+tx} += X_{bx*16+tx,k};
+    ];
+"""
+    for loops in (["tx", "k"], ["bx", "tx"]):
+        e = check_not_applicable(reorder, text, reorder.ThreadBound, {"block": "S", "loops": loops})
+        assert f"loop {loops[0]} is bound to a GPU thread" == str(e)
+
+
+def test_reorder_fail_vector_outward():
+    e = check_not_applicable(reorder, """\
+L^{16}_{i}$0
+  V^{8}_{j} [
+    Y_{i,j} = X_{i,j};
+  ];
+""", reorder.VectorOutward, {"block": "Y", "loops": ["i", "j"]})
+    assert "loop j is vectorized" == str(e)
+
+
+def test_reorder_fail_guard():
+    e = check_not_applicable(reorder, """\
+L^{16}_{i}$0
+  L^{16}_{j} [
+    Y_{i,j} = X_{i,j} where j <= i;
+  ];
+""", reorder.GuardNotBound, {"block": "Y", "loops": ["i", "j"]})
+    assert "j <= i" in str(e) and "of Y" in e.detail
+
+
+def test_reorder_fail_guard_that_scales_the_loop():
+    check_not_applicable(reorder, """\
+L^{16}_{i}$0
+  L^{16}_{j} [
+    Y_{i,j} = X_{i,j} where 2*i < 7;
+  ];
+""", reorder.GuardNotBound, {"block": "Y", "loops": ["i", "j"]})
+
+
+def test_reorder_fail_parallel_race():
+    e = check_not_applicable(reorder, """\
+L^{8}_{j}$0
+  P^{8}_{i} [
+    Y_{(i+j)%8} = X_{i,j};
+  ];
+""", reorder.ParallelRace, {"block": "Y", "loops": ["j", "i"]})
+    assert "parallel loop i" in str(e) and "of Y" in e.detail
+
+
+def test_reorder_fail_parallel_loop_outward_over_a_carried_dependence():
+    # Row a+1 reads what column b-1 wrote in row a: fine while the serial
+    # a loop is outside, a race once the parallel b loop is.
+    e = check_not_applicable(reorder, """\
+L^{16}_{q} [
+  Y_{0,q} = X_{0,q};
+];
+
+L^{15}_{a}$0
+  P^{15}_{b} [
+    Y_{a+1,b+1} = Y_{a,b}*0.5 + X_{a,b};
+  ];
+""", reorder.ParallelRace, {"block": "Y_1", "loops": ["a", "b"]})
+    assert "the read of Y_{a,b}" in e.detail
+
+
+def test_reorder_fail_dependence_recurrence():
+    e = check_not_applicable(reorder, """\
+L^{16}_{j} [
+  Y_{0,j} = X_{0,j};
+];
+
+L^{15}_{i}$0
+  L^{15}_{j} [
+    Y_{i+1,j} = Y_{i,j+1} + X_{i+1,j};
+  ];
+""", reorder.DependenceReversed, {"block": "Y_1", "loops": ["i", "j"]})
+    assert str(e) == "swapping i and j reverses a dependence on Y"
+    assert "the read of Y_{i,j+1}" in e.detail and "i=0, j=1" in e.detail and "i=1, j=0" in e.detail
+
+
+def test_reorder_fail_dependence_anti_diagonal_writes():
+    e = check_not_applicable(reorder, """\
+L^{8}_{i}$0
+  L^{8}_{j} [
+    Y_{i+j} = X_{i,j};
+  ];
+""", reorder.DependenceReversed, {"block": "Y", "loops": ["i", "j"]})
+    assert "the write Y_{i+j} = X_{i,j}" in e.detail
+
+
+def test_reorder_fail_dependence_through_a_scalar():
+    e = check_not_applicable(reorder, """\
+L^{8}_{a}$0
+  L^{8}_{b} [
+    t = X_{a,b};
+    Y_{a,b} = t*2.0;
+  ];
+""", reorder.DependenceReversed, {"block": "Y", "loops": ["a", "b"]})
+    assert "the scalar of t" in e.detail
+
+
+def test_reorder_fail_dependence_it_cannot_decide():
+    # Two different indices over too many iterations to enumerate: refused
+    # rather than guessed.
+    e = check_not_applicable(reorder, """\
+L^{16}_{p}
+  L^{512}_{q} [
+    Y_{p,q} = X_{p,q};
+  ];
+
+L^{512}_{i}$0
+  L^{255}_{j} [
+    Y_{i,j+1} = Y_{i,j*2} + X_{i,j};
+  ];
+""", reorder.DependenceReversed, {"block": "Y_1", "loops": ["i", "j"]})
+    assert "could not prove" in e.detail
+
+
+def test_reorder_bad_and_stale_steps():
+    text = "L^{8}_{i}\n  L^{8}_{j} [\n    Y_{i,j} = X_{i,j};\n  ];\n"
+    ctx = context(text)
+    for args in ({"block": "Y", "loops": ["i"]}, {"block": "Y", "loops": ["i", "i"]}, {"block": "Y", "loops": "ij"}):
+        with pytest.raises(Exception) as e:
+            apply(ctx, Step("reorder", args))
+        assert e.value.code == "bad-step"
+    with pytest.raises(Exception) as e:
+        apply(ctx, Step("reorder", {"block": "Y", "loops": ["i", "q"]}))
+    assert e.value.code == "stale-step"
+
+
+# ------------------------------------------------- offered iff it checks
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_reorder_offered_exactly_when_check_passes(path):
+    ctx = context(path.read_text())
+    offered_steps = {c.step for c in reorder.candidates(ctx, None)}
+    for site in ctx.loop_sites:
+        for child in reorder.child_loops(ctx, site):
+            args = {"block": ctx.block_names[child.equations[0]], "loops": [site.loop.var, child.loop.var]}
+            try:
+                reorder.check(ctx, args)
+                passes = True
+            except NotApplicable:
+                passes = False
+            assert passes == (Step(reorder.ID, args) in offered_steps), (path.stem, args)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_reorder_every_sampled_step_verifies_on_the_examples(path):
+    doc = load_leir(path.read_text())
+    found = reorder.candidates(Context(doc.analysis), None)
+    steps = found if len(found) <= SAMPLE_PER_EXAMPLE else random.Random(f"reorder {path.stem}").sample(found, SAMPLE_PER_EXAMPLE)
+    for c in steps:
+        after = apply(doc.analysis, c.step)
+        result = verify(doc.analysis, analyze(after))
+        assert result.ok, f"{path.stem} {c.step.args}: {result.summary()}"
