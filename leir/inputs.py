@@ -73,7 +73,8 @@ def _as_input_array(t: TensorInfo, value: object) -> np.ndarray:
     target = numpy_dtype(t.dtype)
     if array.dtype != target and array.dtype.kind not in _ACCEPTED_KINDS[_kind(t.dtype)]:
         raise InputError(f"input {t.name}: expected {describe(t)}, got {array.shape} {array.dtype}")
-    return np.ascontiguousarray(array, dtype=target)
+    # Not np.ascontiguousarray: it turns a scalar (0-d) input into shape (1,).
+    return np.asarray(array, dtype=target, order="C")
 
 
 #: NumPy kinds an input array may have for each kind of LEIR dtype: floats

@@ -309,11 +309,44 @@ class _Analyzer:
         self.check_init_order(tensors, equations)
         self.check_types(tensors, equations)
         self.check_guarded_reduction_inits(equations)
+        self.check_reduction_injective(equations)
         # ``C += e`` is ``C = C + e`` with both accesses at one span: a check
         # of each access would otherwise report the same problem twice.
         self.diags = list(dict.fromkeys(self.diags))
         self.diags.sort(key=lambda d: (d.span.start, d.span.end))
         return Analysis(self.program, tensors, equations, self.diags)
+
+    def check_reduction_injective(self, equations: list[EquationInfo]) -> None:
+        """A reduction's implied init is stored once per iteration of the
+        loops that index the written element (TVM's ``T.init``); if two of
+        those iterations write one element, the second would reset it."""
+        np = affine._numpy()
+        for info in equations:
+            eq = info.equation
+            if info.kind != "reduce" or not eq.lhs.indices or not info.spatial:
+                continue
+            forms = [affine.linearize(i) for i in eq.lhs.indices]
+            spatial = [l for l in info.loops if l.var in info.spatial]
+            if all(f is not None and len(f.coeffs) == 1 and abs(f.coeffs[0][1]) == 1 for f in forms) \
+                    and len({f.coeffs[0][0] for f in forms}) == len(forms):
+                continue  # each index is one distinct loop variable: injective
+            space = self.space(spatial)
+            if space is None:
+                continue  # too large to decide: no false error
+            columns = []
+            for index in eq.lhs.indices:
+                values = space.evaluate(index)
+                if values is None:
+                    break
+                columns.append(space.full(values).ravel())
+            else:
+                keys = np.stack(columns, axis=1)
+                if len(np.unique(keys, axis=0)) < keys.shape[0]:
+                    names = ", ".join(l.var for l in spatial)
+                    self.report(error(eq.lhs.span or eq.span or _NO_SPAN, "reduction-not-injective",
+                                      f"several iterations of loops {names} write the same element of {eq.lhs.tensor}, "
+                                      f"and each would store the implied initial value: initialise {eq.lhs.tensor} "
+                                      f"in an earlier equation"))
 
     def check_guarded_reduction_inits(self, equations: list[EquationInfo]) -> None:
         """A reduction's implied initial value is stored under its guard

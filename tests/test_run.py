@@ -270,3 +270,13 @@ def test_check_reports_every_output_and_the_thread_note():
     assert list(result.comparisons) == ["Y"]
     assert result.notes == ["thread-bound loops bx, tx were run as serial loops on the CPU"]
     assert result.summary().startswith("Y: ok (elementwise)")
+
+
+def test_a_scalar_input_runs():
+    # Regression: scalar inputs were passed as shape (1,) and TVM refused them.
+    from leir.document import load_leir
+    from leir.run import run
+
+    analysis = load_leir("L^{4}_{i} [ Y_{i} = X_{i}*s; ];").analysis
+    out = run(analysis, {"X": np.arange(4, dtype="float32"), "s": np.float32(2.0)})
+    np.testing.assert_array_equal(out.outputs["Y"], [0, 2, 4, 6])

@@ -49,3 +49,11 @@ def test_guard_true_at_the_first_reduction_iteration_is_fine():
     # An imperfect split of the reduction axis: the guard holds at k_0 = k_1 = 0.
     text = "L^{4}_{i} L^{4}_{k_0} L^{32}_{k_1} [S_{i} += X_{i,k_0*32+k_1} where k_0*32 + k_1 < 100;];"
     assert [d.code for d in analyze(parse(text).program).diagnostics if d.is_error] == []
+
+
+def test_reduction_writing_one_element_from_several_spatial_iterations_is_an_error():
+    text = "L^{4}_{i} L^{4}_{j} [ T_{i+j} += X_{i,j}; ];"
+    diags = [d for d in analyze(parse(text).program).diagnostics if d.code == "reduction-not-injective"]
+    assert len(diags) == 1 and "loops i, j" in diags[0].message
+    explicit = "L^{7}_{t} [ T_{t} = 0.0; ]; L^{4}_{i} L^{4}_{j} [ T_{i+j} += X_{i,j}; ];"
+    assert [d.code for d in analyze(parse(explicit).program).diagnostics if d.is_error] == []
