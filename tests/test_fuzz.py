@@ -27,7 +27,7 @@ import os
 import re
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import assume, HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leir import ast as A
@@ -362,6 +362,10 @@ def test_valid_program_analyses_without_errors(program):
     text = print_program(program)
     analysis = analyze(parse(text).program)
     errors = [(d.code, d.message) for d in analysis.diagnostics if d.is_error]
+    # The generator does not model when TVM's implied init is skipped or
+    # repeated (guarded or non-injective reductions: their own tests in
+    # test_type_rules.py); such a draw is not a valid program.
+    assume(not any(code in ("guarded-reduction-init", "reduction-not-injective") for code, _ in errors))
     assert not errors, (text, errors)
 
     # Writing the inferred declarations out changes nothing.
