@@ -305,6 +305,10 @@ def report(results: list[ExampleResult], listing: dict, args, elapsed: float) ->
         f"{fmt_ms(median_or_none([s.apply_ms for s in steps if s.apply_ms is not None]))} | "
         f"{fmt_ms(median_or_none([s.verify_ms for s in steps if s.verify_ms is not None]))} |")
 
+    never = [tid for tid in ids if not any(r.offered.get(tid) for r in results)]
+    if never:
+        lines += ["", f"Offered on no bundled example ({len(never)}), so exercised only by their own tests: "
+                  + ", ".join(never) + "."]
     lines += [
         "",
         "## Steps offered per workload",

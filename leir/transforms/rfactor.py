@@ -11,11 +11,13 @@ It requires: an equation that is a reduction with its implied initial
 value (its tensor's first and only write) in a shape TVM recognises
 (``C = C + e``, ``C = C * e``, or ``max(C, e)`` / ``min(C, e)`` of an
 integer tensor: TVM starts a float max at the lowest finite value, LEIR at
--inf), without a guard (TVM 0.27 drops it from the combining nest); a serial (L)
-reduction loop of it with at least 2 iterations; the reduction alone under
-its outermost reduction loop and first under its outermost loop; and the
-new dimension of the partial results first (``factor_axis`` 0) or last
-(the tensor's rank).
+-inf), without a guard (TVM 0.27 drops it from the combining nest); a
+serial (L) reduction loop of it with at least 2 iterations; the reduction
+alone under its outermost loop (TVM 0.27 refuses an equation before it
+there and fails internally on one after it); a program TVM calls a stage
+pipeline (every tensor written before it is read, and every read covered
+by the writes before it); and the new dimension of the partial results
+first (``factor_axis`` 0) or last (the tensor's rank).
 
 Example: partial sums over the inner part of a split reduction
 
@@ -264,10 +266,6 @@ def _covers(producer: EquationInfo, consumer: EquationInfo, read: A.Access, shar
     return True
 
 
-def _loop_index(info: EquationInfo, loop: A.Loop) -> int:
-    return next(n for n, l in enumerate(info.loops) if l is loop)
-
-
 # ------------------------------------------------------------------ rfactor
 
 _BLOCK_ERRORS = {"not-reduction": NotReduction, "written-elsewhere": WrittenElsewhere, "guard": Guard}
@@ -327,21 +325,14 @@ def _refusal(ctx: Context, site: LoopSite, info: EquationInfo) -> NotApplicable 
     if loop.extent < 2:
         return LoopTooShort(f"loop {loop.var} has {loop.extent} iteration",
                             f"a loop of {loop.extent} iteration has nothing to factor", loop.span)
-    outermost = info.loops[min(_loop_index(info, l) for l in info.loops if l.var in info.reduce_axes)]
-    red_site = next(s for s in ctx.loop_sites if s.loop is outermost)
-    if len(red_site.equations) > 1:
-        other = next(ctx.analysis.equations[k] for k in red_site.equations if k != info.index)
-        return NotAlone(f"loop {outermost.var} holds other equations",
-                        f"the outermost reduction loop {outermost.var} of {eq.lhs.tensor} also holds "
-                        f"{_access(other.equation.lhs)}: TVM factors a reduction only when it is alone under its "
-                        f"reduction loops", loop.span)
     top = next(s for s in ctx.loop_sites if s.loop is info.loops[0])
-    if top.equations[0] != info.index:
-        first = ctx.analysis.equations[top.equations[0]]
-        return NotAlone(f"{first.equation.lhs.tensor} comes first under loop {top.loop.var}",
-                        f"the outermost loop {top.loop.var} around {eq.lhs.tensor} computes "
-                        f"{_access(first.equation.lhs)} before it: TVM factors a reduction only when it is the first "
-                        f"equation under its outermost loop", loop.span)
+    if len(top.equations) > 1:
+        other = next(ctx.analysis.equations[k] for k in top.equations if k != info.index)
+        return NotAlone(f"loop {top.loop.var} also holds {_access(other.equation.lhs)}",
+                        f"the outermost loop {top.loop.var} around {eq.lhs.tensor} also computes "
+                        f"{_access(other.equation.lhs)}: TVM 0.27 factors a reduction only when its outermost loop "
+                        f"holds nothing else (it refuses an equation before the reduction and fails internally on "
+                        f"one after it); split the nest first (operator fission)", loop.span)
     problem = stage_pipeline_problem(ctx)
     if problem is not None:
         return NotStagePipeline(*problem)
