@@ -132,7 +132,10 @@ L^{4}_{i=0} L^{5}_{j=0} L^{3}_{k=0} [ C_{i,j} = C_{i,j} + A_{i,k}*B_{k,j}; ];
 
 def test_reduction_into_a_non_injective_index():
     # Y_{i+j} receives X_{i}*W_{j} from every (i, j) with that sum: a convolution.
-    text = "in X: f32[5]\nin W: f32[3]\nout Y: f32[7]\nL^{5}_{i=0} L^{3}_{j=0} [ Y_{i+j} = Y_{i+j} + X_{i}*W_{j}; ];"
+    # The init is explicit: an implied one would be stored at every (i, j)
+    # (the checker's reduction-not-injective).
+    text = ("in X: f32[5]\nin W: f32[3]\nout Y: f32[7]\nL^{7}_{t} [ Y_{t} = 0.0; ];\n"
+            "L^{5}_{i=0} L^{3}_{j=0} [ Y_{i+j} = Y_{i+j} + X_{i}*W_{j}; ];")
     x, w = rand(5), rand(3)
     np.testing.assert_allclose(run(text, X=x, W=w)["Y"], np.convolve(x, w), rtol=1e-6, atol=1e-7)
 

@@ -378,31 +378,6 @@ def test_examples_with_algebraic_steps():
         assert transforms.candidates(analysis((EXAMPLES / f"{stem}.leir").read_text()), only=IDS) == []
 
 
-def test_listing_is_cheap_once_warm():
-    text = (EXAMPLES / "mha_attention.leir").read_text()
-    transforms.candidates(analysis(text), only=IDS)
-    times = []
-    for _ in range(3):
-        a = analysis(text)
-        start = time.perf_counter()
-        transforms.candidates(a, only=IDS)
-        times.append(time.perf_counter() - start)
-    assert min(times) < 0.030, times
-
-
-# ------------------------------------------------- a law on random values
-
-_ATOMS = ("X_{i,j}", "A_{i,j}", "g_{i}", "Z_{i}", "P_{i,j}", "2.0", "0.5", "1e-05", "3", "j", "0.7071067811865476")
-_POSITIVE_ROWS = """\
-L^{4}_{i}
-  L^{6}_{j} [
-    Z_{i} += exp(B_{i,j});
-    P_{i,j} = exp(B_{i,j}*0.5) + 0.1;
-  ];
-
-"""
-
-
 def _random_value(rng: random.Random, depth: int) -> str:
     if depth == 0 or rng.random() < 0.25:
         return rng.choice(_ATOMS)

@@ -376,21 +376,3 @@ def test_offered_steps_verify(name, text):
         v = verify(ctx.analysis, analyze(result))
         assert v.ok, f"{candidate.step.args}: {v.summary()}"
 
-
-def test_listing_the_moves_and_inlines_is_cheap():
-    """No lowering, no TVM: the five steps of this family list in well under
-    a millisecond or two per example once the context is warm."""
-    from leir.transforms import compute_inline, precompute, reverse_compute_at, reverse_compute_inline
-
-    modules = (compute_at, reverse_compute_at, compute_inline, reverse_compute_inline, precompute)
-    analyses = [context(p.read_text()).analysis for p in EXAMPLES]
-    for a in analyses:  # warm what an editor session keeps (block names, loop sites)
-        for module in modules:
-            module.candidates(Context(a), None)
-    start = time.perf_counter()
-    for a in analyses:
-        ctx = Context(a)
-        for module in modules:
-            module.candidates(ctx, None)
-    per_example = (time.perf_counter() - start) / len(analyses)
-    assert per_example < 0.01, f"{per_example * 1000:.1f} ms per example"

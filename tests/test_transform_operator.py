@@ -983,33 +983,6 @@ def test_the_operator_examples_get_operator_candidates():
             assert m.candidates(ctx, None), f"{name}: no {m.ID} step"
 
 
-def test_listing_operator_steps_is_cheap():
-    import time
-
-    ctx = Context(load_leir((EXAMPLES[0].parent / "gqa_attention.leir").read_text()).analysis)
-    for m in MODULES:
-        m.candidates(ctx, None)  # warm up NumPy
-    best = float("inf")
-    for _ in range(3):  # the best of three: other processes share the machine
-        fresh = Context(ctx.analysis)
-        start = time.perf_counter()
-        for m in MODULES:
-            m.candidates(fresh, None)
-        best = min(best, time.perf_counter() - start)
-    assert best < 0.05
-
-
-# ---------------------------------------------------------- numerically
-
-#: Steps applied and verified per transformation, across the examples
-#: (one per example in a fixed shuffled order, then more): the budget that
-#: keeps this whole file under a minute and a half on two busy cores. A
-#: build of the program before the step is shared (``compiled_once``).
-VERIFIED_PER_MODULE = 14
-
-_COMPILED: dict = {}
-
-
 @pytest.fixture
 def compiled_once(monkeypatch):
     """``verify`` builds the program before the step each time; build each

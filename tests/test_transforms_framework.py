@@ -124,3 +124,23 @@ def test_verify_catches_a_wrong_program():
     result = transforms.verify(good, wrong)
     assert not result.ok and "Y" in result.summary()
     assert transforms.verify(good, analysis()).ok
+
+
+def test_listing_candidates_never_lowers_builds_or_runs(monkeypatch):
+    """Listing is what an editor does on every cursor move: it must not
+    lower, build or run anything (speed is measured in bench/transforms.py,
+    not here)."""
+    import leir.lower
+    import leir.run
+    from pathlib import Path
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("candidates() lowered, built or ran a program")
+
+    monkeypatch.setattr(leir.lower, "lower", forbidden)
+    monkeypatch.setattr(leir.run, "build", forbidden)
+    monkeypatch.setattr(leir.run, "compile_program", forbidden)
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    for path in sorted(examples.glob("*.leir")):
+        doc = load_leir(path.read_text())
+        assert candidates(doc.analysis), path.stem
