@@ -378,6 +378,19 @@ def test_examples_with_algebraic_steps():
         assert transforms.candidates(analysis((EXAMPLES / f"{stem}.leir").read_text()), only=IDS) == []
 
 
+# ------------------------------------------------- a law on random values
+
+_ATOMS = ("X_{i,j}", "A_{i,j}", "g_{i}", "Z_{i}", "P_{i,j}", "2.0", "0.5", "1e-05", "3", "j", "0.7071067811865476")
+_POSITIVE_ROWS = """\
+L^{4}_{i}
+  L^{6}_{j} [
+    Z_{i} += exp(B_{i,j});
+    P_{i,j} = exp(B_{i,j}*0.5) + 0.1;
+  ];
+
+"""
+
+
 def _random_value(rng: random.Random, depth: int) -> str:
     if depth == 0 or rng.random() < 0.25:
         return rng.choice(_ATOMS)

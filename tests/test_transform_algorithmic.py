@@ -820,6 +820,10 @@ def test_where_the_patterns_appear_in_the_examples():
         assert offered(name) == [1, 1, 1, 1], name
 
 
+#: At most this many steps per transformation and example are verified.
+SAMPLE = 6
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", _examples(), ids=lambda p: p.stem)
 def test_every_offered_step_on_the_examples_verifies(path):
