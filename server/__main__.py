@@ -4,6 +4,9 @@
     leir-lsp --tcp HOST:PORT        listen for one client on a TCP port
     leir-lsp --log-file PATH        append the server's log to PATH
     leir-lsp --version
+    leir-lsp watch DIR [--report PATH] [--target T] [--budget N] [--once]
+                                    follow the kernels under DIR in the terminal
+                                    (see leir_server.watch)
 
 The protocol machinery (pygls) is imported only once the arguments are
 parsed, and nothing here imports TVM or NumPy: ``--version`` and a bad
@@ -86,6 +89,11 @@ def _fail(message: str) -> NoReturn:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["watch"]:
+        from leir_server.watch import main as watch
+
+        return watch(argv[1:])
     args = _parser().parse_args(argv)
     _configure_logging(args.log_file)
 
