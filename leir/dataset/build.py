@@ -1,0 +1,671 @@
+"""Building the dataset: trajectories of measured, verified steps.
+
+For each workload file and each of its checked shape variants (``variants``),
+``trajectories`` trajectories of at most ``steps`` steps each. At each state:
+
+1. list the legal candidates: the searched loop and memory steps ranked by
+   ``leir.optimize.rank`` (a heuristic read off the program: strides,
+   extents, reduction axes), and every other transformation's candidates
+   (``leir.transforms.candidates``: operator, algebraic, algorithmic);
+2. pick ``budget`` of them with a seeded mix: the best-ranked ones
+   (``leir.optimize.pick``: at most one per transformation and loop first)
+   and about a third drawn at random from all the rest, so the data holds
+   steps the heuristic would not try; apply them (steps TVM or our checks
+   refuse are replaced by the next draw);
+3. measure every new program through the measurement engine
+   (``leir.measure.MeasurementEngine``: its SQLite cache first, then its
+   worker processes); the program a step leaves is the next state's start,
+   so its latency is never measured twice;
+4. verify each (below), reason about it (``leir.explain.step_reasoning``)
+   and record it: every measured candidate is a sample, the slower ones too;
+5. go on from one verified candidate: the fastest ("exploit"), or with
+   probability ``explore`` a seeded random one ("explore"), never a program
+   the trajectory already visited.
+
+**Verification** (``verify="engine"``, the default) is split in two checks
+whose conjunction is the step's numerical equivalence, so that no program is
+built twice: the measurement engine builds the program after the step, runs
+it on seed 0's inputs and compares it with the NumPy evaluation of that
+program (it refuses to time a wrong kernel); and here the NumPy evaluation
+of the program after the step is compared with the NumPy evaluation of the
+program before it on ``leir.transforms.verify.SEEDS`` (random inputs, the
+last one integer-valued so that reassociation is exact). ``verify="full"``
+runs ``leir.transforms.verify`` instead (both programs built with TVM and
+run on every seed; about twice the build time). Both hold outputs to
+Step-TP's tolerances (``leir.run.compare``).
+
+**Resuming.** ``OUT/samples.jsonl`` is only appended to, one whole line per
+sample; ``OUT/progress.json`` (replaced atomically) lists the finished
+trajectories. A killed build started again with the same ``--out`` skips the
+finished ones and runs the others again from their start: with the
+measurement cache warm, this takes the same path (the choices depend only on
+the seed and the measured latencies, which come back from the cache), and a
+sample already in the file is not written twice. A line cut by the kill is
+removed first.
+
+**Determinism.** The variants, the candidate picks and the exploration draws
+are functions of the seed. Which candidate is fastest is measured, so two
+builds with a cold cache can differ where two latencies are close; with the
+same cache they are identical.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from leir.dataset import records
+from leir.dataset.variants import Variant, load_references, workload_variants
+from leir.errors import LeirError
+
+SAMPLES = "samples.jsonl"
+PROGRESS = "progress.json"
+CONFIG = "config.json"
+VARIANTS = "variants.jsonl"
+LOG = "build.log"
+
+#: Settings that change what a build produces; a resumed build must match them.
+_IDENTITY = ("variants", "steps", "budget", "target", "seed", "trajectories", "explore", "verify", "workloads_list")
+
+
+class DatasetError(LeirError):
+    """Bad arguments, or an output directory built with other settings."""
+
+
+@dataclass
+class BuildConfig:
+    workloads: str
+    out: str
+    variants: int = 4
+    steps: int = 6
+    #: Candidates measured per state.
+    budget: int = 6
+    target: str = "llvm"
+    seed: int = 0
+    #: Measurement workers (builds in parallel; timing has the device alone).
+    jobs: int = 2
+    trajectories: int = 1
+    #: Probability of following a random verified candidate instead of the fastest.
+    explore: float = 0.25
+    #: Timed runs per measurement, and the least duration of each. Fewer and
+    #: shorter than ``leir measure``'s 7 x 10 ms: a dataset compares a step
+    #: with its parent, and the spread is recorded beside every median.
+    repeat: int = 3
+    min_run_ms: float = 2.0
+    verify: str = "engine"
+    cache_dir: str | None = None
+    rpc: str | None = None
+    #: Only these workload file names (all ``*.leir`` when empty).
+    only: list[str] = field(default_factory=list)
+    workloads_list: list[str] = field(default_factory=list)
+
+    def check(self) -> None:
+        if not Path(self.workloads).is_dir():
+            raise DatasetError(f"--workloads {self.workloads}: not a directory")
+        for name in ("variants", "trajectories"):
+            if getattr(self, name) < 0:
+                raise DatasetError(f"--{name} must be at least 0")
+        for name in ("steps", "budget", "jobs", "repeat"):
+            if getattr(self, name) < 1:
+                raise DatasetError(f"--{name} must be at least 1")
+        if self.trajectories < 1:
+            raise DatasetError("--trajectories must be at least 1")
+        if not 0.0 <= self.explore <= 1.0:
+            raise DatasetError(f"--explore {self.explore}: a probability, between 0 and 1")
+        if self.verify not in ("engine", "full"):
+            raise DatasetError(f"--verify {self.verify}: expected engine or full")
+        if self.target not in ("llvm", "cuda"):
+            raise DatasetError(f"--target {self.target}: expected llvm or cuda")
+
+
+@dataclass
+class BuildSummary:
+    out: Path
+    trajectories: int
+    trajectories_run: int
+    samples_written: int
+    samples_total: int
+    verified: int
+    measurements: int
+    cache_hits: int
+    seconds: float
+    skipped: list[str]
+
+    def text(self) -> str:
+        rate = self.samples_written / self.seconds * 60 if self.seconds > 0 else 0.0
+        return (f"{self.samples_total} samples in {self.out / SAMPLES} ({self.samples_written} new, "
+                f"{self.verified} of the new verified) from {self.trajectories_run} of {self.trajectories} "
+                f"trajectories in {self.seconds:.0f} s ({rate:.0f} new samples/min); "
+                f"{self.measurements} measurements, {self.cache_hits} from the cache"
+                + (f"; {len(self.skipped)} workloads or variants skipped (see {self.out / LOG})" if self.skipped else ""))
+
+
+# ------------------------------------------------------------ files
+
+
+def write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def _repair_tail(path: Path) -> None:
+    """Drop a last line cut short by a kill (no newline after it)."""
+    if not path.exists():
+        return
+    with open(path, "rb+") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        if size == 0:
+            return
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return
+        f.seek(0)
+        data = f.read()
+        f.truncate(data.rfind(b"\n") + 1)
+
+
+def read_samples(out: Path) -> Iterator[dict]:
+    """The samples of a build directory (or a ``samples.jsonl`` path), in file order."""
+    path = out if out.is_file() else out / SAMPLES
+    if not path.exists():
+        raise DatasetError(f"{path}: no such file (run `leir dataset build` first)")
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.endswith("\n"):
+                break  # cut by a kill; the next build removes it
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DatasetError(f"{path}:{n}: not JSON ({e.msg})") from None
+
+
+# ------------------------------------------------------------ states
+
+
+@dataclass
+class _State:
+    analysis: object  # Analysis
+    text: str
+    measurement: object  # Measurement
+    _expected: dict | None = None
+
+    def expected(self) -> dict:
+        """seed -> NumPy evaluation of every output (computed once)."""
+        if self._expected is None:
+            self._expected = {seed: _evaluate(self.analysis, seed) for seed in _seeds()}
+        return self._expected
+
+
+def _seeds() -> tuple[int, ...]:
+    from leir.transforms.verify import SEEDS
+
+    return SEEDS
+
+
+def _inputs(analysis, seed: int) -> dict:
+    from leir.run import random_inputs
+    from leir.transforms.verify import SEEDS, integer_valued
+
+    inputs = random_inputs(analysis, seed)
+    if seed == SEEDS[-1] and len(SEEDS) > 1:
+        inputs = integer_valued(inputs, seed)
+    return inputs
+
+
+def _evaluate(analysis, seed: int) -> dict:
+    from leir.evaluate import evaluate
+
+    out = evaluate(analysis, _inputs(analysis, seed))
+    return {t.name: out[t.name] for t in analysis.outputs()}
+
+
+def _text(analysis) -> str:
+    from leir.printer import print_program
+
+    return print_program(analysis.program)
+
+
+# ------------------------------------------------------------ verification
+
+
+def _verification(method: str, comparisons: list, seeds, notes: list[str]) -> tuple[bool, dict]:
+    from leir.run import MSE_TOLERANCE, RELATIVE_TOLERANCE
+
+    ok = bool(comparisons) and all(c.ok for _, c in comparisons) and not notes
+    worst_abs = max((c.max_abs_err for _, c in comparisons), default=0.0)
+    worst_rel = max((c.max_rel_err for _, c in comparisons), default=0.0)
+    worst_mse = max((c.mse for _, c in comparisons), default=0.0)
+    criteria = sorted({c.criterion for _, c in comparisons if c.criterion})
+    from leir.run import absolute_tolerance
+
+    dtypes = sorted({dtype for dtype, _ in comparisons})
+    summary = "; ".join(notes) if notes else ("ok" if ok else "MISMATCH")
+    return ok, {
+        "method": method,
+        "seeds": list(seeds),
+        "max_abs_err": _finite(worst_abs),
+        "max_rel_err": _finite(worst_rel),
+        "mse": _finite(worst_mse),
+        "criterion": ",".join(criteria) if ok else "",
+        "rel_tolerance": RELATIVE_TOLERANCE,
+        "abs_tolerance": {d: absolute_tolerance(d) for d in dtypes},
+        "mse_tolerance": MSE_TOLERANCE,
+        "summary": summary,
+    }
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if x == x and abs(x) != float("inf") else None
+
+
+def _verify_engine(before: _State, after, measurement) -> tuple[bool, dict]:
+    """The engine's build check of ``after`` and the NumPy equivalence of
+    ``after`` with ``before`` (see the module docstring)."""
+    from leir.run import compare
+
+    comparisons, notes = [], []
+    if measurement.error is not None:
+        notes.append(f"measurement failed: {measurement.error}")
+    dtypes = {t.name: t.dtype for t in after.outputs()}
+    for name, c in (measurement.comparisons or {}).items():
+        comparisons.append((dtypes.get(name, "f32"), c))
+    before_names = {t.name for t in before.analysis.outputs()}
+    if before_names != set(dtypes):
+        notes.append(f"outputs changed from {sorted(before_names)} to {sorted(dtypes)}")
+    else:
+        expected = before.expected()
+        for seed in _seeds():
+            try:
+                got = _evaluate(after, seed)
+            except LeirError as e:
+                notes.append(f"the NumPy evaluation failed: {e}")
+                break
+            for name, dtype in dtypes.items():
+                comparisons.append((dtype, compare(got[name], expected[seed][name], dtype)))
+    return _verification("engine+evaluate", comparisons, _seeds(), notes)
+
+
+def _verify_full(before: _State, after, measurement) -> tuple[bool, dict]:
+    from leir.transforms import verify
+
+    notes = [] if measurement.error is None else [f"measurement failed: {measurement.error}"]
+    try:
+        v = verify(before.analysis, after)
+    except LeirError as e:
+        return _verification("tvm", [], _seeds(), notes + [str(e)])
+    dtypes = {t.name: t.dtype for t in after.outputs()}
+    comparisons = [(dtypes.get(n, "f32"), c) for per in v.comparisons.values() for n, c in per.items()]
+    if not v.ok and not comparisons:
+        notes.append(v.summary())
+    return _verification("tvm", comparisons, _seeds(), notes)
+
+
+# ------------------------------------------------------------ reasoning
+
+
+def _reasoning(before, after, step, before_ms: float, after_ms: float | None, target: str) -> tuple[str, dict]:
+    """``leir.explain.step_reasoning``'s text and the facts behind it (as
+    JSON: tuples become lists, anything else its string)."""
+    from leir.explain import step_reasoning
+
+    measured = (before_ms, after_ms) if after_ms is not None else None
+    r = step_reasoning(before, after, step, measured=measured, target=target)
+    facts = _jsonable(json.loads(json.dumps(dict(r.facts or {}), default=str)))
+    return r.text, facts
+
+
+def _jsonable(value):
+    """JSON without NaN or infinities (``null`` instead): JSON has neither."""
+    if isinstance(value, float):
+        return _finite(value)
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+# ------------------------------------------------------------ one trajectory
+
+
+def _rng(seed: int, *parts) -> random.Random:
+    digest = hashlib.sha256(json.dumps([seed, *parts]).encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+def _picks(analysis, budget: int, target: str, rng: random.Random) -> list:
+    """Candidate steps in the order to try them: the best-ranked (at most
+    one per transformation and loop first), then about a third of the
+    budget drawn at random from the rest, then the rest in a random order
+    (to replace refused steps)."""
+    from leir import transforms
+    from leir.optimize import SEARCHED, pick, rank
+
+    ranked = rank(analysis, target)
+    others = [c.step for c in transforms.candidates(analysis, None, only=tuple(t.ID for t in transforms.ALL
+                                                                               if t.ID not in SEARCHED))]
+    explore = budget // 3
+    best = [r.step for r in pick(ranked, budget - explore, rng)]
+    chosen = set(best)
+    rest = [r.step for r in ranked if r.step not in chosen] + [s for s in others if s not in chosen]
+    rng.shuffle(rest)
+    return best + rest
+
+
+def _trajectory(variant: Variant, k: int, cfg: BuildConfig, start_measurement) -> Iterator:
+    """A generator: yields lists of analyses to measure and receives their
+    measurements; yields ``("samples", [sample...])`` after each state.
+    Returns when the trajectory ends."""
+    from leir import transforms
+    from leir.semantics import analyze
+    from leir.transforms import TransformError
+
+    tid = f"{variant.workload}/{variant.name}/t{k}"
+    state = _State(variant.analysis, _text(variant.analysis), start_measurement)
+    visited = {state.text}
+    tensors = [{"name": t.name, "role": t.role, "dtype": t.dtype, "shape": list(t.shape)}
+               for t in variant.analysis.tensors.values()]
+    sizes = {str(a): b for a, b in sorted(variant.sizes.items())}
+    verify = _verify_engine if cfg.verify == "engine" else _verify_full
+    for step_index in range(cfg.steps):
+        rng = _rng(cfg.seed, tid, step_index)
+        children = []
+        for step in _picks(state.analysis, cfg.budget, cfg.target, rng):
+            if len(children) == cfg.budget:
+                break
+            try:
+                program = transforms.apply(state.analysis, step, Path(variant.workload).stem)
+            except TransformError:
+                continue  # refused by TVM or our checks: never measured, not a sample
+            except LeirError:
+                continue
+            after = analyze(program)
+            text = _text(after)
+            if text == state.text:
+                continue
+            children.append((step, after, text))
+        if not children:
+            return
+        measurements = yield [after for _, after, _ in children]
+        samples, good = [], []
+        before_m = state.measurement
+        for (step, after, text), m in zip(children, measurements):
+            ok, verification = verify(state, after, m)
+            after_ms = float(m.median_ms) if m.median_ms is not None else None
+            reasoning, facts = _reasoning(state.analysis, after, step, float(before_m.median_ms), after_ms, cfg.target)
+            module = transforms.get(step.id)
+            sample = {
+                "id": records.sample_id(tid, step_index, step.to_json()),
+                "workload": variant.workload,
+                "variant": variant.name,
+                "variant_sizes": sizes,
+                "trajectory": tid,
+                "step_index": step_index,
+                "chosen": False,
+                "policy": None,
+                "before": state.text,
+                "step": step.to_json(),
+                "strategy": step.id,
+                "steptp_strategy": getattr(module, "STEPTP", None),
+                "after": text,
+                "tensors": tensors,
+                "verified": ok,
+                "verification": verification,
+                "latency_before_ms": float(before_m.median_ms),
+                "latency_before_min_ms": float(before_m.min_ms),
+                "latency_before_max_ms": float(before_m.max_ms),
+                "latency_before_spread": float(before_m.spread or 0.0),
+                "latency_after_ms": after_ms,
+                "latency_after_min_ms": float(m.min_ms) if m.min_ms is not None else None,
+                "latency_after_max_ms": float(m.max_ms) if m.max_ms is not None else None,
+                "latency_after_spread": float(m.spread or 0.0) if after_ms is not None else None,
+                "runs": int(m.runs),
+                "speedup": float(before_m.median_ms) / after_ms if after_ms else None,
+                "target": m.target or cfg.target,
+                "device": m.device,
+                "reasoning": reasoning,
+                "reasoning_facts": facts,
+                "error": m.error,
+            }
+            samples.append(sample)
+            if ok and after_ms is not None and text not in visited:
+                good.append((sample, after, text, m))
+        if not good:
+            yield ("samples", samples)
+            return
+        if rng.random() < cfg.explore:
+            pick, policy = rng.choice(good), "explore"
+        else:
+            pick, policy = min(good, key=lambda g: g[0]["latency_after_ms"]), "exploit"
+        pick[0]["chosen"], pick[0]["policy"] = True, policy
+        yield ("samples", samples)
+        _, after, text, m = pick
+        state = _State(after, text, m)
+        visited.add(text)
+
+
+# ------------------------------------------------------------ the build
+
+
+class _Progress:
+    """tqdm on a terminal; otherwise a line per finished trajectory with
+    the rate and an ETA (for logs)."""
+
+    def __init__(self, total: int, initial: int, stream=sys.stderr):
+        self.total, self.done, self.stream = total, initial, stream
+        self.start = time.monotonic()
+        self.initial = initial
+        self.bar = None
+        if stream.isatty():
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                pass
+            else:
+                self.bar = tqdm(total=total, initial=initial, unit="traj", file=stream, dynamic_ncols=True)
+
+    def update(self, samples: int, verified: int) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.set_postfix(samples=samples, verified=verified, refresh=False)
+            self.bar.update(1)
+            return
+        elapsed = time.monotonic() - self.start
+        run = self.done - self.initial
+        eta = elapsed / run * (self.total - self.done) if run else 0.0
+        print(f"leir dataset: {self.done}/{self.total} trajectories, {samples} samples ({verified} verified), "
+              f"{elapsed:.0f} s elapsed, ETA {eta:.0f} s", file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _config_json(cfg: BuildConfig) -> dict:
+    data = asdict(cfg)
+    return {k: data[k] for k in _IDENTITY}
+
+
+def _load_variants(cfg: BuildConfig, out: Path, log: Callable[[str], None]) -> list[Variant]:
+    """The start programs; computed once and kept in ``variants.jsonl`` so
+    that a resumed build does not check them again."""
+    from leir.document import load_leir
+
+    path = out / VARIANTS
+    if path.exists():
+        found = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            found.append(Variant(row["workload"], row["name"], load_leir(row["program"]).analysis,
+                                 {int(a): b for a, b in row["sizes"].items()}))
+        return found
+    references = load_references(Path(cfg.workloads))
+    found = []
+    for name in cfg.workloads_list:
+        found += workload_variants(Path(cfg.workloads) / name, cfg.variants, cfg.seed, references, cfg.target, log)
+    rows = [json.dumps({"workload": v.workload, "name": v.name, "sizes": {str(a): b for a, b in v.sizes.items()},
+                        "program": _text(v.analysis)}) for v in found]
+    write_atomic(path, "".join(r + "\n" for r in rows))
+    return found
+
+
+def build(cfg: BuildConfig, engine=None, progress: bool = True) -> BuildSummary:
+    """Run (or resume) a build into ``cfg.out``. ``engine``: a measurement
+    engine to use (default: one made from the config, closed at the end)."""
+    cfg.check()
+    names = sorted(p.name for p in Path(cfg.workloads).glob("*.leir"))
+    if cfg.only:
+        unknown = sorted(set(cfg.only) - set(names))
+        if unknown:
+            raise DatasetError(f"--only: no {', '.join(unknown)} in {cfg.workloads}")
+        names = [n for n in names if n in set(cfg.only)]
+    if not names:
+        raise DatasetError(f"--workloads {cfg.workloads}: no .leir files")
+    cfg.workloads_list = names
+    out = Path(cfg.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DatasetError(f"--out {out}: cannot create ({e.strerror})") from None
+    config_path = out / CONFIG
+    wanted = _config_json(cfg)
+    if config_path.exists():
+        have = json.loads(config_path.read_text(encoding="utf-8"))
+        diff = sorted(k for k in wanted if have.get(k) != wanted[k])
+        if diff:
+            raise DatasetError(f"{out} was built with other settings ({', '.join(diff)}); "
+                               f"resume with the same ones or choose another --out")
+    else:
+        write_atomic(config_path, json.dumps(wanted, indent=1) + "\n")
+
+    log_file = open(out / LOG, "a", encoding="utf-8")
+    skipped: list[str] = []
+
+    def log(line: str) -> None:
+        skipped.append(line)
+        log_file.write(line + "\n")
+        log_file.flush()
+
+    started = time.monotonic()
+    try:
+        variants = _load_variants(cfg, out, log)
+        samples_path = out / SAMPLES
+        _repair_tail(samples_path)
+        existing: set[str] = set()
+        total_before = 0
+        if samples_path.exists():
+            for s in read_samples(out):
+                existing.add(s["id"])
+                total_before += 1
+        progress_path = out / PROGRESS
+        done = set(json.loads(progress_path.read_text(encoding="utf-8"))["done"]) if progress_path.exists() else set()
+        todo = [(v, k) for v in variants for k in range(cfg.trajectories)
+                if f"{v.workload}/{v.name}/t{k}" not in done]
+        total = len(variants) * cfg.trajectories
+        owned = engine is None
+        if owned:
+            engine = _engine(cfg)
+        bar = _Progress(total, total - len(todo)) if progress else None
+        counts = {"written": 0, "verified": 0, "measurements": 0, "hits": 0}
+        with open(samples_path, "a", encoding="utf-8") as sink:
+            try:
+                _run(todo, cfg, engine, sink, existing, done, progress_path, counts, bar, log)
+            finally:
+                if bar is not None:
+                    bar.close()
+                if owned:
+                    engine.close()
+    finally:
+        log_file.close()
+    return BuildSummary(out, total, len(todo), counts["written"], total_before + counts["written"],
+                        counts["verified"], counts["measurements"], counts["hits"], time.monotonic() - started, skipped)
+
+
+def _engine(cfg: BuildConfig):
+    from leir.measure import RPC, MeasurementEngine
+
+    target = RPC.parse(cfg.rpc, cfg.target) if cfg.rpc else cfg.target
+    return MeasurementEngine(target, workers=None if cfg.rpc else cfg.jobs, cache=cfg.cache_dir or True,
+                             repeat=cfg.repeat, min_run_ms=cfg.min_run_ms, vendor=False, seed=0)
+
+
+#: Trajectories advanced side by side: while the engine builds one's
+#: candidates, this process applies and verifies the others' steps.
+WAVE = 4
+
+
+def _run(todo, cfg, engine, sink, existing, done, progress_path, counts, bar, log) -> None:
+    queue = list(todo)
+    active: list[dict] = []
+
+    def submit(analyses) -> list:
+        futures = [engine.submit(a, repeat=cfg.repeat) for a in analyses]
+        counts["measurements"] += len(futures)
+        return futures
+
+    def start_next() -> None:
+        while queue and len(active) < WAVE:
+            variant, k = queue.pop(0)
+            tid = f"{variant.workload}/{variant.name}/t{k}"
+            active.append({"tid": tid, "variant": variant, "k": k, "gen": None,
+                           "futures": submit([variant.analysis])})
+
+    start_next()
+    while active:
+        for job in list(active):
+            ms = [f.result() for f in job["futures"]]
+            counts["hits"] += sum(1 for m in ms if m.cached)
+            if job["gen"] is None:
+                if ms[0].error is not None or ms[0].median_ms is None:
+                    log(f"{job['tid']}: the start program has no latency ({ms[0].error}); trajectory skipped")
+                    _finish(job, active, done, progress_path, counts, bar)
+                    continue
+                job["gen"] = _trajectory(job["variant"], job["k"], cfg, ms[0])
+                request = next(job["gen"], None)
+            else:
+                request = job["gen"].send(ms)
+            # Samples come out before the next request (or the end).
+            while isinstance(request, tuple):
+                for sample in request[1]:
+                    if sample["id"] in existing:
+                        continue
+                    records.validate(sample)
+                    sink.write(records.dumps(sample) + "\n")
+                    existing.add(sample["id"])
+                    counts["written"] += 1
+                    counts["verified"] += sample["verified"]
+                sink.flush()
+                request = next(job["gen"], None)
+            if request is None:
+                _finish(job, active, done, progress_path, counts, bar)
+            else:
+                job["futures"] = submit(request)
+        start_next()
+
+
+def _finish(job, active, done, progress_path, counts, bar) -> None:
+    active.remove(job)
+    done.add(job["tid"])
+    write_atomic(progress_path, json.dumps({"done": sorted(done)}, indent=0) + "\n")
+    if bar is not None:
+        bar.update(counts["written"], counts["verified"])
