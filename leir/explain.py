@@ -1,0 +1,1551 @@
+"""Facts about loops, accesses and the machine, and the reasoning for one
+transformation step built from them.
+
+Everything here is computed from the syntax tree and the semantic analysis
+(``leir.semantics.Analysis``): nothing is lowered, compiled or run, and TVM,
+NumPy and the measurement engine are not imported, so hover can call it on
+every request. Every sentence of a ``Reasoning`` states a value that is also
+in its ``facts`` dictionary; a fact the analysis cannot compute (a stride
+through ``//``, a cache size the OS does not report) is said to be unknown or
+assumed, never guessed.
+
+API (what the language server's hover and the dataset builder call)::
+
+    from leir.explain import (Machine, loop_facts, access_facts, step_reasoning,
+                              describe_loop, describe_access, describe_step)
+
+    machine = Machine.detect()            # this CPU; or Machine(l1d=32768, ...) in tests
+    facts = loop_facts(analysis, at=offset)            # the loop whose header holds offset
+    facts = loop_facts(analysis, block="C", var="k")   # or named like a step names it
+    facts = access_facts(analysis, at=offset)          # the tensor access under the cursor
+    r = step_reasoning(before, after, step, measured=(41.2, 7.9), target="llvm", machine=machine)
+    r.sentences, r.facts, r.text
+
+    describe_loop(analysis, at=offset)        # markdown, or None when no loop header is there
+    describe_access(analysis, at=offset)      # markdown, or None when no access is there
+    describe_step(before, step, after=after, measured=(41.2, 7.9))   # markdown
+
+``before`` and ``after`` are analyses of the program before and after the
+step (``leir.semantics.analyze(leir.transforms.apply(before, step))``);
+``describe_step`` without ``after`` explains the step from the program before
+it only (what hover can do without applying the step).
+
+Definitions used throughout (and in docs/reasoning.md):
+
+- *stride* of an access along a loop: how many elements the accessed address
+  moves when that loop's variable advances by one (row-major layout); 0 when
+  the loop does not index it, unknown when an index is not affine.
+- *footprint* of an access over a set of loops: the number of distinct
+  elements it touches while those loops run, per dimension the smaller of the
+  index's range and the product of the extents that move it (exact for
+  affine indices of one variable per dimension, an upper bound otherwise).
+- *working set* of one iteration of a loop: the bytes of all tensors touched
+  by the loops inside it, over every equation under it.
+- *reuse loop* of an access: the innermost enclosing loop (of more than one
+  iteration) that does not index it; the element is touched again on the next
+  iteration of that loop, after the working set of one iteration of it has
+  gone through the cache in between (its *reuse distance*).
+- *operations*: arithmetic operators and function calls of each right-hand
+  side times the iterations of its loops (guards not subtracted).
+- *arithmetic intensity*: operations per byte of the inputs and outputs
+  (each read or written once: the least traffic any schedule needs).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Sequence
+
+from leir import affine
+from leir import ast as A
+from leir.semantics import Analysis, EquationInfo
+
+__all__ = [
+    "AccessFacts", "LoopFacts", "Machine", "Reasoning", "access_facts", "access_strides", "describe_access",
+    "describe_loop", "describe_step", "footprint", "loop_facts", "operations", "step_reasoning", "working_set",
+]
+
+#: Relative change in latency this project treats as measurement noise
+#: (``leir.optimize.MIN_GAIN``: repeated timings differ by about 1-2%).
+NOISE = 0.03
+
+KIND_NAMES = {"L": "serial", "P": "parallel", "V": "vectorized", "U": "unrolled", "B": "thread-bound"}
+
+#: CUDA facts that hold on every GPU TVM targets (not measured, not assumed).
+WARP_SIZE = 32
+_THREAD_AXES = ("tx", "ty", "tz")
+_BLOCK_AXES = ("bx", "by", "bz")
+
+
+# ====================================================================== machine
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The CPU the reasoning compares working sets and vectors with.
+
+    ``assumed`` names the fields that are fallbacks (the OS did not report
+    them); sentences that use such a field say "assumed"."""
+
+    l1d: int = 32 * 1024
+    l2: int = 1024 * 1024
+    l3: int = 32 * 1024 * 1024
+    #: Bytes of the widest vector register the CPU flags announce.
+    vector_bytes: int = 32
+    vector_isa: str = "AVX2"
+    cores: int = 1
+    assumed: tuple[str, ...] = ()
+
+    @staticmethod
+    def detect() -> "Machine":
+        """This machine, read from /sys and /proc (cached)."""
+        return _detect_machine()
+
+    def caches(self) -> list[tuple[str, int]]:
+        return [("L1d", self.l1d), ("L2", self.l2), ("L3", self.l3)]
+
+    def level_of(self, nbytes: float) -> tuple[str, int] | None:
+        """The smallest cache level that holds ``nbytes``, or None."""
+        for name, size in self.caches():
+            if nbytes <= size:
+                return name, size
+        return None
+
+    def cache_text(self, name: str) -> str:
+        size = dict(self.caches())[name]
+        field_name = {"L1d": "l1d", "L2": "l2", "L3": "l3"}[name]
+        return f"{name} ({human_bytes(size)}{', assumed' if field_name in self.assumed else ''})"
+
+    def vector_text(self) -> str:
+        assumed = ", assumed" if "vector_bytes" in self.assumed else ""
+        return f"{self.vector_bytes}-byte vectors ({self.vector_isa}{assumed})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"l1d": self.l1d, "l2": self.l2, "l3": self.l3, "vector_bytes": self.vector_bytes,
+                "vector_isa": self.vector_isa, "cores": self.cores, "assumed": list(self.assumed)}
+
+
+def _parse_size(text: str) -> int | None:
+    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)\s*", text)
+    if not m:
+        return None
+    return int(m.group(1)) * {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}[m.group(2)]
+
+
+@lru_cache(maxsize=1)
+def _detect_machine() -> Machine:
+    default = Machine()
+    found: dict[str, int] = {}
+    root = Path("/sys/devices/system/cpu/cpu0/cache")
+    try:
+        for index in sorted(root.glob("index*")):
+            try:
+                level = (index / "level").read_text().strip()
+                kind = (index / "type").read_text().strip()
+                size = _parse_size((index / "size").read_text())
+            except OSError:
+                continue
+            if size is None:
+                continue
+            if level == "1" and kind == "Data":
+                found["l1d"] = size
+            elif level == "2" and kind in ("Unified", "Data"):
+                found["l2"] = size
+            elif level == "3" and kind in ("Unified", "Data"):
+                found["l3"] = size
+    except OSError:
+        pass
+    assumed = [k for k in ("l1d", "l2", "l3") if k not in found]
+    flags: set[str] = set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    if "avx512f" in flags:
+        vector_bytes, isa = 64, "AVX-512"
+    elif "avx2" in flags:
+        vector_bytes, isa = 32, "AVX2"
+    elif flags & {"sse2", "asimd", "neon"}:
+        vector_bytes, isa = 16, "NEON" if flags & {"asimd", "neon"} else "SSE2"
+    else:
+        vector_bytes, isa = 16, "16-byte SIMD"
+        assumed.append("vector_bytes")
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return Machine(found.get("l1d", default.l1d), found.get("l2", default.l2), found.get("l3", default.l3),
+                   vector_bytes, isa, cores, tuple(assumed))
+
+
+# ====================================================================== helpers
+
+
+def human_bytes(n: float) -> str:
+    if n < 1024:
+        return f"{n:g} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024
+        if n < 1024 or unit == "TiB":
+            return f"{n:.3g} {unit}" if n < 100 else f"{n:.0f} {unit}"
+    return f"{n} B"  # pragma: no cover
+
+
+def human_count(n: float) -> str:
+    if n < 10_000:
+        return f"{n:g}"
+    for unit, size in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return f"{n:g}"  # pragma: no cover
+
+
+def dtype_bytes(dtype: str) -> float:
+    """Storage bytes of one element (``i4`` is half a byte, ``bool`` one).
+    (``leir.measure.device.dtype_bits`` says the same; importing it would
+    load the measurement engine, too slow for hover.)"""
+    if dtype == "bool":
+        return 1.0
+    m = re.search(r"\d+", dtype)
+    return (int(m.group()) if m else 32) / 8
+
+
+def _print(e: A.Expr) -> str:
+    from leir.printer import print_expr
+
+    return print_expr(e)
+
+
+def _accesses(eq: A.Equation) -> list[A.Access]:
+    """The written access, then the reads in source order (guard included)."""
+    out = [eq.lhs]
+    for part in (eq.rhs, eq.predicate):
+        if part is not None:
+            out.extend(n for n in A.walk(part) if isinstance(n, A.Access))
+    return out
+
+
+def _row_strides(shape: Sequence[int]) -> list[int]:
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= n
+    return strides[::-1]
+
+
+def _stride(analysis: Analysis, access: A.Access, var: str, loops: Sequence[A.Loop] | None = None) -> int | None:
+    """Element stride of one access as ``var`` advances by one (0 for a
+    scalar; None where it is not one constant or the shape is unknown).
+
+    Affine indices give it exactly. Indices with ``//`` and ``%`` by
+    constants (what a fusion writes) are evaluated when ``loops`` (the
+    enclosing loops) are given: the address differences repeat with the
+    least common multiple of the divisors, so that many points decide it
+    (``Y_{f//96,f%96}`` has stride 1, ``b_{f%96}`` none)."""
+    t = analysis.tensors.get(access.tensor)
+    if not access.indices:
+        return 0
+    if t is None or len(t.shape) != len(access.indices):
+        return None
+    stride = 0
+    rows = _row_strides(t.shape)
+    for index, row in zip(access.indices, rows):
+        form = affine.linearize(index)
+        if form is None:
+            if var in affine.index_vars(index):
+                return _evaluated_stride(access, rows, var, loops)
+            continue
+        stride += form.coeff(var) * row
+    return stride
+
+
+#: Most points evaluated to find the stride of a non-affine index.
+_MAX_STRIDE_POINTS = 4096
+
+
+def _evaluated_stride(access: A.Access, rows: list[int], var: str, loops: Sequence[A.Loop] | None) -> int | None:
+    if not loops:
+        return None
+    loop = next((l for l in loops if l.var == var), None)
+    if loop is None:
+        return None
+    divisors = []
+    for index in access.indices:
+        for n in A.walk(index):
+            if isinstance(n, A.Binary) and n.op in ("//", "%"):
+                if not (isinstance(n.rhs, A.Num) and isinstance(n.rhs.value, int) and n.rhs.value > 0):
+                    return None
+                divisors.append(n.rhs.value)
+    period = 1
+    for d in divisors:
+        period = math.lcm(period, d)
+    points = min(loop.extent - 1, period)
+    if points > _MAX_STRIDE_POINTS:
+        return None
+    env = {l.var: l.start for l in loops}
+
+    def address(v: int) -> int | None:
+        env[var] = v
+        total = 0
+        for index, row in zip(access.indices, rows):
+            x = _eval_int(index, env)
+            if x is None:
+                return None
+            total += x * row
+        return total
+
+    first = address(loop.start)
+    stride = None
+    for v in range(loop.start + 1, loop.start + 1 + points):
+        nxt = address(v)
+        if first is None or nxt is None:
+            return None
+        if stride is None:
+            stride = nxt - first
+        elif nxt - first != stride:
+            return None
+        first = nxt
+    return 0 if stride is None else stride
+
+
+def _eval_int(e: A.Expr, env: dict[str, int]) -> int | None:
+    if isinstance(e, A.Num):
+        return e.value if isinstance(e.value, int) else None
+    if isinstance(e, A.Var):
+        return env.get(e.name)
+    if isinstance(e, A.Unary) and e.op == "-":
+        x = _eval_int(e.operand, env)
+        return None if x is None else -x
+    if isinstance(e, A.Binary) and e.op in ("+", "-", "*", "//", "%"):
+        a, b = _eval_int(e.lhs, env), _eval_int(e.rhs, env)
+        if a is None or b is None or (e.op in ("//", "%") and b == 0):
+            return None
+        return {"+": a + b, "-": a - b, "*": a * b, "//": a // b if b else 0, "%": a % b if b else 0}[e.op]
+    return None
+
+
+def access_strides(analysis: Analysis, info: EquationInfo, var: str) -> dict[str, int | None]:
+    """Element stride of each tensor access of an equation as ``var``
+    advances by one (None where an index is not affine). Keys are tensor
+    names; a second access of a tensor with another stride gets
+    ``NAME#k``. (Used by ``leir.optimize``'s ranking.)"""
+    eq = info.equation
+    accesses = [eq.lhs] + [n for n in A.walk(eq.rhs) if isinstance(n, A.Access)]
+    out: dict[str, int | None] = {}
+    for a in accesses:
+        t = analysis.tensors.get(a.tensor)
+        if t is None or not a.indices:
+            continue
+        if not t.shape or len(t.shape) != len(a.indices):
+            continue
+        stride = _stride(analysis, a, var, info.loops)
+        name = a.tensor
+        if name in out and out[name] != stride:
+            name = f"{a.tensor}#{len(out)}"
+        out[name] = stride
+    return out
+
+
+def operations(e: A.Expr) -> int:
+    """Arithmetic operators and function calls in an expression (a cast is a
+    conversion, a read is not arithmetic)."""
+    if isinstance(e, A.Binary):
+        return 1 + operations(e.lhs) + operations(e.rhs)
+    if isinstance(e, A.Unary):
+        return 1 + operations(e.operand)
+    if isinstance(e, A.Call):
+        return (0 if e.func in A.DTYPES else 1) + sum(operations(a) for a in e.args)
+    return 0
+
+
+def _iterations(loops: Sequence[A.Loop]) -> int:
+    return math.prod(l.extent for l in loops)
+
+
+def program_operations(analysis: Analysis) -> int:
+    return sum(_iterations(i.loops) * operations(i.equation.rhs) for i in analysis.equations)
+
+
+def compulsory_bytes(analysis: Analysis) -> float:
+    return sum(t.size * dtype_bytes(t.dtype) for t in analysis.tensors.values() if t.role in ("in", "out"))
+
+
+def tensor_bytes(analysis: Analysis, name: str) -> float:
+    t = analysis.tensors[name]
+    return t.size * dtype_bytes(t.dtype)
+
+
+# ------------------------------------------------------------------ footprints
+
+
+def _dim_box(index: A.Expr, moving: dict[str, int], fixed: dict[str, int]) -> tuple[int, int, int] | None:
+    """(lo, hi, points) of one index while the ``moving`` loops (var ->
+    extent, starting at 0 offset from ``fixed``) run; None when unbounded."""
+    form = affine.linearize(index)
+    names = affine.index_vars(index)
+    points = math.prod(moving.get(v, 1) for v in names)
+    ranges = {v: (fixed.get(v, 0), fixed.get(v, 0) + moving[v] - 1) if v in moving else (fixed.get(v, 0),) * 2
+              for v in names}
+    if form is not None:
+        lo, hi = form.bounds(ranges)
+        return lo, hi, points
+    b = affine.bounds(index, ranges)
+    if b is None:
+        return None
+    return b[0], b[1], points
+
+
+def footprint(analysis: Analysis, accesses: Sequence[tuple[A.Access, Sequence[A.Loop], Sequence[A.Loop]]]) -> int:
+    """Distinct elements of one tensor touched by ``accesses``: each is
+    (access, its enclosing loops, the loops among them that run). Per
+    dimension the smaller of the union of the index ranges, the sum of the
+    points each access visits, and the dimension's size; their product."""
+    if not accesses:
+        return 0
+    name = accesses[0][0].tensor
+    t = analysis.tensors.get(name)
+    if t is None:
+        return 0
+    if not t.shape:
+        return 1
+    total = 1
+    for d, size in enumerate(t.shape):
+        lo = hi = None
+        points = 0
+        for access, loops, running in accesses:
+            if not access.indices or len(access.indices) != len(t.shape):
+                lo, hi, points = 0, size - 1, size
+                break
+            moving = {l.var: l.extent for l in running}
+            fixed = {l.var: l.start for l in loops}
+            box = _dim_box(access.indices[d], moving, fixed)
+            if box is None:
+                lo, hi, points = 0, size - 1, size
+                break
+            lo = box[0] if lo is None else min(lo, box[0])
+            hi = box[1] if hi is None else max(hi, box[1])
+            points += box[2]
+        total *= max(1, min(hi - lo + 1, points, size))
+    return total
+
+
+def _under(info: EquationInfo, loop: A.Loop) -> int | None:
+    """Position of ``loop`` (by identity) among the equation's loops."""
+    for n, l in enumerate(info.loops):
+        if l is loop:
+            return n
+    return None
+
+
+def working_set(analysis: Analysis, loop: A.Loop, *, inclusive: bool = False,
+                only: set[int] | None = None) -> dict[str, float]:
+    """Bytes per tensor touched by the loops inside ``loop`` (one iteration
+    of it), or by ``loop`` and those inside it (``inclusive``: one full
+    pass), over every equation under it (``only``: these equation indices)."""
+    per_tensor: dict[str, list] = {}
+    for info in analysis.equations:
+        if only is not None and info.index not in only:
+            continue
+        n = _under(info, loop)
+        if n is None:
+            continue
+        running = info.loops[n if inclusive else n + 1:]
+        for a in _accesses(info.equation):
+            per_tensor.setdefault(a.tensor, []).append((a, info.loops, running))
+    out = {}
+    for name, accs in per_tensor.items():
+        if name in analysis.tensors:
+            out[name] = footprint(analysis, accs) * dtype_bytes(analysis.tensors[name].dtype)
+    return out
+
+
+# ====================================================================== loop facts
+
+
+@dataclass(frozen=True)
+class AccessStride:
+    block: str
+    tensor: str
+    #: The access as printed (``W_{k,j}``).
+    text: str
+    written: bool
+    #: Elements moved per iteration of the loop; None when not affine.
+    stride: int | None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    transform: str
+    code: str
+    short: str
+    detail: str
+
+
+@dataclass
+class LoopFacts:
+    var: str
+    kind: str
+    extent: int
+    start: int
+    #: Enclosing loops, outermost first, as (var, kind, extent).
+    outer: list[tuple[str, str, int]]
+    #: Iterations of this loop's body over one run of the program: the
+    #: product of the enclosing extents times this extent.
+    trip_count: int
+    #: Blocks (equations, by block name) under the loop.
+    blocks: list[str]
+    #: Every access under the loop with its stride along it.
+    strides: list[AccessStride]
+    #: Blocks for which this loop is a reduction axis / a spatial axis.
+    reduction_for: list[str]
+    spatial_for: list[str]
+    #: Bytes per tensor touched by one iteration / one full pass of the loop.
+    iteration_working_set: dict[str, float]
+    pass_working_set: dict[str, float]
+    #: Steps offered on this loop (leir.transforms.candidates), as (id, title, args).
+    offered: list[tuple[str, str, dict]] = field(default_factory=list)
+    #: Loop transformations not offered, with the precondition that fails.
+    refused: list[Refusal] = field(default_factory=list)
+
+    @property
+    def kind_name(self) -> str:
+        return KIND_NAMES[self.kind]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "var": self.var, "kind": self.kind, "extent": self.extent, "start": self.start,
+            "outer": [list(o) for o in self.outer], "trip_count": self.trip_count, "blocks": self.blocks,
+            "strides": [s.__dict__ for s in self.strides], "reduction_for": self.reduction_for,
+            "spatial_for": self.spatial_for, "iteration_working_set": self.iteration_working_set,
+            "pass_working_set": self.pass_working_set,
+            "offered": [{"id": i, "title": t, "args": a} for i, t, a in self.offered],
+            "refused": [r.__dict__ for r in self.refused],
+        }
+
+
+def _context(analysis: Analysis):
+    from leir.transforms.base import Context
+
+    return Context(analysis)
+
+
+def _find_site(ctx, *, at: int | None = None, block: str | None = None, var: str | None = None):
+    if at is not None:
+        for site in ctx.loop_sites:
+            if site.loop.span is not None and site.loop.span.contains(at):
+                return site
+        return None
+    if block is None or var is None:
+        raise ValueError("loop_facts needs at=OFFSET or block= and var=")
+    from leir.errors import LeirError
+
+    try:
+        return ctx.loop_site(block, var)
+    except LeirError:
+        return None
+
+
+#: Loop transformations whose ``check`` needs only the loop (plus the
+#: placeholder arguments given): asked for the reason when not offered.
+_LOOP_CHECKS = (
+    ("split", lambda e: {"factors": [-(-e // 2), 2]}),
+    ("parallelize", lambda e: {}),
+    ("vectorize", lambda e: {}),
+    ("unroll", lambda e: {}),
+    ("rfactor", lambda e: {"factor_axis": 0}),
+    ("decompose_reduction", lambda e: {}),
+)
+
+
+def loop_facts(analysis: Analysis, *, at: int | None = None, block: str | None = None, var: str | None = None,
+               legality: bool = True, target: str = "llvm") -> LoopFacts | None:
+    """Facts about the loop whose header holds offset ``at`` (or loop ``var``
+    around block ``block``); None when there is no such loop. ``legality``
+    lists the steps offered on it and, for the loop transformations not
+    offered, the failing precondition (cheap: no lowering)."""
+    ctx = _context(analysis)
+    site = _find_site(ctx, at=at, block=block, var=var)
+    if site is None:
+        return None
+    loop = site.loop
+    names = ctx.block_names
+    strides, reduction_for, spatial_for = [], [], []
+    for k in site.equations:
+        info = analysis.equations[k]
+        b = names[k]
+        seen = set()
+        for n, a in enumerate(_accesses(info.equation)):
+            text = _print(a)
+            if (text, n == 0) in seen or (n > 0 and (text, True) in seen):
+                continue  # C += e reads the element it writes: one row for it
+            seen.add((text, n == 0))
+            strides.append(AccessStride(b, a.tensor, text, n == 0, _stride(analysis, a, loop.var, info.loops)))
+        if loop.var in info.reduce_axes and info.kind in ("reduce", "update"):
+            reduction_for.append(b)
+        elif loop.var in info.spatial:
+            spatial_for.append(b)
+    facts = LoopFacts(
+        var=loop.var, kind=loop.kind, extent=loop.extent, start=loop.start,
+        outer=[(l.var, l.kind, l.extent) for l in site.outer],
+        trip_count=_iterations(site.outer) * loop.extent,
+        blocks=[names[k] for k in site.equations], strides=strides,
+        reduction_for=reduction_for, spatial_for=spatial_for,
+        iteration_working_set=working_set(analysis, loop),
+        pass_working_set=working_set(analysis, loop, inclusive=True),
+    )
+    if legality and analysis.ok:
+        _legality(ctx, site, facts, target)
+    return facts
+
+
+def _legality(ctx, site, facts: LoopFacts, target: str) -> None:
+    from leir import transforms
+    from leir.errors import LeirError
+    from leir.transforms.base import NotApplicable, TransformError
+
+    blocks = {ctx.block_names[k] for k in site.equations}
+    var = site.loop.var
+    at = site.loop.span.start if site.loop.span is not None else None
+    try:
+        listed = transforms.candidates(ctx, at)
+    except LeirError:
+        listed = []
+    offered_ids = set()
+    for c in listed:
+        args = c.step.args
+        mine = (args.get("loop") == var and args.get("block") in blocks) or (
+            var in (args.get("loops") or ()) and args.get("block") in blocks) or (
+            isinstance(args.get("at"), dict) and args["at"].get("loop") == var and args["at"].get("block") in blocks)
+        if mine:
+            if c.step.id == "bind" and target != "cuda":
+                continue
+            facts.offered.append((c.step.id, c.title, args))
+            offered_ids.add(c.step.id)
+    ref = ctx.loop_ref(site)
+    for tid, extra in _LOOP_CHECKS:
+        if tid in offered_ids:
+            continue
+        try:
+            transforms.get(tid).check(ctx, {**ref, **extra(site.loop.extent)})
+        except NotApplicable as e:
+            facts.refused.append(Refusal(tid, getattr(e, "code", "not-applicable"), e.short, e.detail))
+        except TransformError:
+            continue  # needs other arguments: not a precondition of the loop
+        except LeirError:
+            continue
+
+
+# ====================================================================== access facts
+
+
+@dataclass(frozen=True)
+class LoopAccess:
+    """One enclosing loop as an access sees it."""
+
+    var: str
+    extent: int
+    stride: int | None
+    #: Whether the loop's variable appears in the access's indices.
+    indexes: bool
+    #: Distinct elements / bytes touched by one full pass of this loop.
+    footprint: int
+    footprint_bytes: float
+
+
+@dataclass
+class AccessFacts:
+    tensor: str
+    text: str
+    block: str
+    written: bool
+    shape: tuple[int, ...]
+    dtype: str
+    scope: str
+    role: str
+    bytes: float
+    element_bytes: float
+    loops: list[LoopAccess]
+    #: Times each element is touched by this access: the product of the
+    #: extents of the enclosing loops that do not index it.
+    reuse: int
+    #: Those loops.
+    reuse_loops: list[str]
+    #: The innermost reuse loop and the working set of one iteration of it.
+    reuse_loop: str | None
+    reuse_distance_bytes: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["loops"] = [l.__dict__ for l in self.loops]
+        d["shape"] = list(self.shape)
+        return d
+
+
+def _find_access(analysis: Analysis, at: int) -> tuple[EquationInfo, A.Access, int] | None:
+    best = None
+    for info in analysis.equations:
+        span = info.equation.span
+        if span is None or not span.contains(at):
+            continue
+        for n, a in enumerate(_accesses(info.equation)):
+            s = a.span
+            if s is not None and s.contains(at) and (best is None or s.end - s.start < best[3]):
+                best = (info, a, n, s.end - s.start)
+    return None if best is None else best[:3]
+
+
+def access_facts(analysis: Analysis, *, at: int | None = None, block: str | None = None,
+                 tensor: str | None = None, occurrence: int = 0) -> AccessFacts | None:
+    """Facts about the access under offset ``at`` (the innermost one), or
+    the ``occurrence``-th access of ``tensor`` in block ``block``."""
+    ctx = _context(analysis)
+    if at is not None:
+        found = _find_access(analysis, at)
+        if found is None:
+            return None
+        info, access, n = found
+    else:
+        if block is None or tensor is None:
+            raise ValueError("access_facts needs at=OFFSET or block= and tensor=")
+        try:
+            info = ctx.equation_of_block(block)
+        except Exception:
+            return None
+        matches = [(n, a) for n, a in enumerate(_accesses(info.equation)) if a.tensor == tensor]
+        if len(matches) <= occurrence:
+            return None
+        n, access = matches[occurrence]
+    t = analysis.tensors.get(access.tensor)
+    if t is None:
+        return None
+    indexed = set()
+    for index in access.indices or ():
+        indexed |= affine.index_vars(index)
+    loops = []
+    for d, l in enumerate(info.loops):
+        running = info.loops[d:]
+        fp = footprint(analysis, [(access, info.loops, running)])
+        loops.append(LoopAccess(l.var, l.extent, _stride(analysis, access, l.var, info.loops), l.var in indexed, fp,
+                                fp * dtype_bytes(t.dtype)))
+    reuse_loops = [l.var for l in info.loops if l.var not in indexed and l.extent > 1]
+    reuse_loop, distance = _reuse(analysis, info, access)
+    return AccessFacts(
+        tensor=t.name, text=_print(access), block=ctx.block_names[info.index], written=n == 0,
+        shape=t.shape, dtype=t.dtype, scope=t.scope, role=t.role, bytes=t.size * dtype_bytes(t.dtype),
+        element_bytes=dtype_bytes(t.dtype), loops=loops,
+        reuse=math.prod(l.extent for l in info.loops if l.var not in indexed), reuse_loops=reuse_loops,
+        reuse_loop=reuse_loop, reuse_distance_bytes=distance,
+    )
+
+
+def _reuse(analysis: Analysis, info: EquationInfo, access: A.Access) -> tuple[str | None, float | None]:
+    indexed = set()
+    for index in access.indices or ():
+        indexed |= affine.index_vars(index)
+    for l in reversed(info.loops):
+        if l.var not in indexed and l.extent > 1:
+            return l.var, sum(working_set(analysis, l).values())
+    return None, None
+
+
+# ====================================================================== steps
+
+
+@dataclass
+class Reasoning:
+    """Why a step should help (or did not), sentence by sentence, with the
+    computed values the sentences state."""
+
+    sentences: list[str]
+    facts: dict[str, Any]
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.sentences)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"text": self.text, "sentences": self.sentences, "facts": self.facts}
+
+
+@dataclass
+class _Side:
+    """One program as the reasoning compares it."""
+
+    analysis: Analysis
+    ctx: Any
+
+    @classmethod
+    def of(cls, analysis: Analysis) -> "_Side":
+        return cls(analysis, _context(analysis))
+
+    def info(self, block: str | None) -> EquationInfo | None:
+        if block is None:
+            return None
+        try:
+            return self.ctx.equation_of_block(block)
+        except Exception:
+            return None
+
+    def block(self, info: EquationInfo) -> str:
+        return self.ctx.block_names[info.index]
+
+
+def _innermost(info: EquationInfo) -> A.Loop | None:
+    return info.loops[-1] if info.loops else None
+
+
+def _access_rows(analysis: Analysis, info: EquationInfo) -> list[tuple[str, str, int | None]]:
+    """(tensor, printed access, stride along the innermost loop) per access."""
+    inner = _innermost(info)
+    rows = []
+    for a in _accesses(info.equation):
+        if not a.indices:
+            continue
+        rows.append((a.tensor, _print(a), _stride(analysis, a, inner.var, info.loops) if inner else 0))
+    return rows
+
+
+def _parallel(info: EquationInfo) -> tuple[int, list[A.Loop]]:
+    loops = [l for l in info.loops if l.kind == "P"]
+    return _iterations(loops), loops
+
+
+def _reuse_table(side: _Side, info: EquationInfo) -> dict[str, tuple[str, float]]:
+    """Tensor -> (reuse loop, reuse distance in bytes) for the reads and the
+    write of one equation (the first access of each tensor)."""
+    out: dict[str, tuple[str, float]] = {}
+    for a in _accesses(info.equation):
+        if a.tensor in out or not a.indices:
+            continue
+        loop, distance = _reuse(side.analysis, info, a)
+        if loop is not None:
+            out[a.tensor] = (loop, distance)
+    return out
+
+
+def _level(machine: Machine, nbytes: float) -> str:
+    found = machine.level_of(nbytes)
+    return found[0] if found else "memory"
+
+
+_LEVEL_ORDER = {"L1d": 0, "L2": 1, "L3": 2, "memory": 3}
+
+
+class _Writer:
+    def __init__(self, machine: Machine, target: str):
+        self.sentences: list[str] = []
+        self.facts: dict[str, Any] = {}
+        #: Facts that could make the step slower (said when it measured slower).
+        self.risks: list[str] = []
+        self.machine = machine
+        self.target = target
+
+    def say(self, sentence: str, **facts: Any) -> None:
+        self.sentences.append(sentence)
+        self.facts.update(facts)
+
+    def risk(self, text: str) -> None:
+        self.risks.append(text)
+
+
+def _loops_text(loops: Sequence[A.Loop]) -> str:
+    return ", ".join(f"{l.var} ({l.extent})" for l in loops)
+
+
+def _contiguity(w: _Writer, before: _Side, after: _Side, block: str) -> None:
+    """Which accesses of ``block`` become contiguous (or stop being) along
+    the innermost loop."""
+    bi, ai = before.info(block), after.info(block)
+    if bi is None or ai is None or not bi.loops or not ai.loops:
+        return
+    b_rows, a_rows = _access_rows(before.analysis, bi), _access_rows(after.analysis, ai)
+    if [r[0] for r in b_rows] != [r[0] for r in a_rows]:
+        return
+    b_in, a_in = _innermost(bi), _innermost(ai)
+    if b_in.var != a_in.var:
+        w.say(f"The innermost loop of {block} becomes {a_in.var} ({a_in.extent} iterations; was {b_in.var}).",
+              innermost_before=b_in.var, innermost_after=a_in.var)
+    gained, lost, changed = [], [], []
+    seen = set()
+    for (t, text_b, sb), (_, text_a, sa) in zip(b_rows, a_rows):
+        if sb == sa or (text_a, sb, sa) in seen:
+            continue
+        seen.add((text_a, sb, sa))
+        changed.append({"tensor": t, "access": text_a, "stride_before": sb, "stride_after": sa})
+        if sa == 1 and sb != 1:
+            gained.append(f"{text_a} (stride {_stride_word(sb)} before)")
+        elif sb == 1 and sa != 1:
+            lost.append(f"{text_a} (stride {_stride_word(sa)}, was 1)")
+    if changed:
+        w.facts["stride_changes"] = changed
+    if gained:
+        w.say(f"Along {a_in.var}, {_join(gained)} {'is' if len(gained) == 1 else 'are'} now contiguous: "
+              f"consecutive iterations touch consecutive elements.")
+    if lost:
+        w.say(f"But {_join(lost)} {'is' if len(lost) == 1 else 'are'} no longer contiguous along {a_in.var}.")
+        w.risk(f"{_join(lost)} lost unit stride along the innermost loop {a_in.var}")
+    if not changed and b_in.var != a_in.var:
+        w.say(f"The strides along the innermost loop stay the same ({_strides_list(a_rows)}).")
+
+
+def _stride_word(s: int | None) -> str:
+    return "unknown" if s is None else str(s)
+
+
+def _strides_list(rows) -> str:
+    return ", ".join(dict.fromkeys(f"{text} {_stride_word(s)}" for _, text, s in rows))
+
+
+def _join(items: Sequence[str]) -> str:
+    items = list(items)
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _reuse_changes(w: _Writer, before: _Side, after: _Side, block: str) -> bool:
+    """Reuse distances of ``block``'s tensors before and after, against the
+    cache sizes; True when something was said."""
+    bi, ai = before.info(block), after.info(block)
+    if bi is None or ai is None:
+        return False
+    rb, ra = _reuse_table(before, bi), _reuse_table(after, ai)
+    said = False
+    rows = []
+    for t in ra:
+        if t not in rb:
+            continue
+        (lb, db), (la, da) = rb[t], ra[t]
+        if abs(db - da) < 1:
+            continue
+        rows.append({"tensor": t, "reuse_loop_before": lb, "distance_before": db, "reuse_loop_after": la,
+                     "distance_after": da})
+        if w.target == "cuda":
+            w.say(f"{t} is touched again after {human_bytes(da)} of other data (across loop {la}), "
+                  f"was {human_bytes(db)} (across loop {lb}).")
+            said = True
+            continue
+        lvb, lva = _level(w.machine, db), _level(w.machine, da)
+        where_a = "fits in " + w.machine.cache_text(lva) if lva != "memory" else "exceeds every cache level"
+        where_b = "fit in " + w.machine.cache_text(lvb) if lvb != "memory" else "exceeded every cache level"
+        if _LEVEL_ORDER[lva] < _LEVEL_ORDER[lvb]:
+            w.say(f"{t} is reused across loop {la} after {human_bytes(da)} of data in between, which {where_a}; "
+                  f"before, it was reused across loop {lb} after {human_bytes(db)}, which only {where_b}.")
+            said = True
+        elif _LEVEL_ORDER[lva] > _LEVEL_ORDER[lvb]:
+            w.say(f"{t}'s reuse distance grows to {human_bytes(da)} (across loop {la}; was {human_bytes(db)} "
+                  f"across {lb}), which no longer fits {w.machine.cache_text(lvb)}.")
+            w.risk(f"{t}'s reuse distance grew from {human_bytes(db)} to {human_bytes(da)}, past "
+                   f"{w.machine.cache_text(lvb)}")
+            said = True
+        elif da < db:
+            w.say(f"{t}'s reuse distance shrinks from {human_bytes(db)} to {human_bytes(da)} "
+                  f"(reused across loop {la}; both {'within ' + w.machine.cache_text(lva) if lva != 'memory' else 'beyond the caches'}).")
+            said = True
+    if rows:
+        w.facts["reuse_changes"] = rows
+    return said
+
+
+def _program_diff(w: _Writer, before: _Side, after: _Side, *, ops: bool = True, temporaries: bool = True) -> None:
+    """Operations, temporaries and arithmetic intensity, where they change."""
+    ob, oa = program_operations(before.analysis), program_operations(after.analysis)
+    w.facts.update(operations_before=ob, operations_after=oa)
+    if ops and ob != oa:
+        if oa < ob:
+            w.say(f"Operations drop from {human_count(ob)} to {human_count(oa)} ({1 - oa / ob:.0%} less work)."
+                  if ob else f"Operations drop from {ob} to {oa}.")
+        else:
+            w.say(f"Operations grow from {human_count(ob)} to {human_count(oa)}"
+                  + (f" ({oa / ob:.2f}x): work is recomputed." if ob else "."))
+            w.risk(f"operations grew from {human_count(ob)} to {human_count(oa)}")
+    if temporaries and not w.facts.get("temporaries_said"):
+        tb = {t.name: t for t in before.analysis.temporaries()}
+        ta = {t.name: t for t in after.analysis.temporaries()}
+        removed = [n for n in tb if n not in ta]
+        added = [n for n in ta if n not in tb]
+        if removed:
+            w.say(f"Removes the temporar{'y' if len(removed) == 1 else 'ies'} "
+                  + _join([f"{n} ({_shape_text(tb[n])}, {human_bytes(tensor_bytes(before.analysis, n))})" for n in removed])
+                  + ": no longer written to memory and read back.",
+                  temporaries_removed={n: tensor_bytes(before.analysis, n) for n in removed})
+        if added:
+            w.say(f"Adds the temporar{'y' if len(added) == 1 else 'ies'} "
+                  + _join([f"{n} ({_shape_text(ta[n])}{_scope_text(ta[n])}, {human_bytes(tensor_bytes(after.analysis, n))})"
+                           for n in added]) + ".",
+                  temporaries_added={n: tensor_bytes(after.analysis, n) for n in added})
+    cb, ca = compulsory_bytes(before.analysis), compulsory_bytes(after.analysis)
+    if cb and ca:
+        ib, ia = ob / cb, oa / ca
+        w.facts.update(intensity_before=ib, intensity_after=ia)
+        if abs(ib - ia) > 1e-9 * max(ib, 1):
+            w.say(f"Arithmetic intensity goes from {ib:.3g} to {ia:.3g} operations per byte of inputs and outputs.")
+
+
+def _shape_text(t) -> str:
+    return f"{t.dtype}[{','.join(map(str, t.shape))}]" if t.shape else t.dtype
+
+
+def _scope_text(t) -> str:
+    return {"g": "", "s": " in shared memory", "l": " in local memory"}[t.scope]
+
+
+def _loop_of(side: _Side, block: str | None, var: str | None) -> A.Loop | None:
+    if block is None or var is None:
+        return None
+    try:
+        return side.ctx.loop_site(block, var).loop
+    except Exception:
+        return None
+
+
+def _site_of(side: _Side, block: str | None, var: str | None):
+    if block is None or var is None:
+        return None
+    try:
+        return side.ctx.loop_site(block, var)
+    except Exception:
+        return None
+
+
+# ------------------------------------------------------------------ families
+
+
+def _split(w: _Writer, before: _Side, after: _Side, step) -> None:
+    args = step.args
+    block, var = args.get("block"), args.get("loop")
+    loop = _loop_of(before, block, var)
+    ai = after.info(block)
+    factors = args.get("factors") or []
+    if loop is not None and len(factors) == 2:
+        outer, inner = factors
+        new = [l for l in (ai.loops if ai else ()) if l.var not in {x.var for x in before.info(block).loops}]
+        names = " and ".join(f"{l.var} ({l.extent})" for l in new) or f"{outer} x {inner}"
+        w.say(f"Splits loop {var} of {block} ({loop.extent} iterations) into {names}.",
+              loop=var, extent=loop.extent, factors=[outer, inner])
+        if outer * inner != loop.extent:
+            w.say(f"The split is imperfect: {outer} x {inner} = {outer * inner} iterations for {loop.extent}, "
+                  f"so a guard skips {outer * inner - loop.extent} of them and is tested on every iteration.",
+                  guarded_iterations=outer * inner - loop.extent)
+            w.risk(f"the imperfect split adds a guard tested on all {outer * inner} iterations")
+    said = _reuse_changes(w, before, after, block)
+    _contiguity(w, before, after, block)
+    if not said and not w.facts.get("stride_changes"):
+        w.say("The strides along the innermost loop and the reuse distances are the same before and after: "
+              f"the split by itself keeps the iteration order; it makes an inner loop of "
+              f"{factors[1] if len(factors) == 2 else '?'} iterations for a later step to vectorize, "
+              f"unroll, parallelize or move.", order_unchanged=True)
+
+
+def _tile(w: _Writer, before: _Side, after: _Side, step) -> None:
+    args = step.args
+    block = args.get("block")
+    loops, sizes = args.get("loops") or [], args.get("sizes") or []
+    ai = after.info(block)
+    bi = before.info(block)
+    if bi is not None and ai is not None:
+        old = {l.var for l in bi.loops}
+        new = [l for l in ai.loops if l.var not in old]
+        w.say(f"Tiles loops {', '.join(loops)} of {block} by {'x'.join(map(str, sizes))}: "
+              f"the nest becomes {_loops_text(ai.loops)}.", loops=loops, sizes=sizes,
+              loops_after=[l.var for l in ai.loops])
+        # tile makes the outer loops of each tiled loop, then the inner ones:
+        # one iteration of the last outer loop runs one tile.
+        if len(new) >= 2:
+            tile_outer = new[len(new) // 2 - 1]
+            if tile_outer is not None:
+                ws = working_set(after.analysis, tile_outer)
+                total = sum(ws.values())
+                parts = ", ".join(f"{t} {human_bytes(b)}" for t, b in ws.items())
+                level = _level(w.machine, total)
+                where = (f"fits in {w.machine.cache_text(level)}" if level != "memory" and w.target != "cuda"
+                         else "" if w.target == "cuda" else "exceeds every cache level")
+                w.say(f"One tile (one iteration of {tile_outer.var}) touches {parts}: {human_bytes(total)}"
+                      + (f", which {where}." if where else "."), tile_working_set=ws, tile_working_set_bytes=total)
+    said = _reuse_changes(w, before, after, block)
+    _contiguity(w, before, after, block)
+    if bi is not None and ai is not None:
+        added = len(ai.loops) - len(bi.loops)
+        w.facts["loops_added"] = added
+        if not said:
+            w.say(f"No tensor's reuse distance moves to a smaller cache level with these tile sizes, and the nest "
+                  f"has {added} more loop{'s' * (added != 1)} to run.")
+            w.risk(f"tiling adds {added} loop{'s' * (added != 1)} and moves no reuse distance to a smaller cache level")
+
+
+def _reorder(w: _Writer, before: _Side, after: _Side, step) -> None:
+    args = step.args
+    block = args.get("block")
+    loops = args.get("loops") or []
+    if len(loops) == 2:
+        w.say(f"Swaps loops {loops[0]} and {loops[1]} around {block}.", loops=loops)
+    _contiguity(w, before, after, block)
+    _reuse_changes(w, before, after, block)
+
+
+def _fuse(w: _Writer, before: _Side, after: _Side, step) -> None:
+    args = step.args
+    block, loops = args.get("block"), args.get("loops") or []
+    extents = [l.extent for l in (_loop_of(before, block, v) for v in loops) if l is not None]
+    ai = after.info(block)
+    fused = None
+    if ai is not None:
+        old = {l.var for l in before.info(block).loops}
+        new = [l for l in ai.loops if l.var not in old]
+        fused = new[0] if new else None
+    if fused is not None:
+        w.say(f"Fuses loops {' and '.join(loops)} ({' x '.join(map(str, extents))}) of {block} into one loop "
+              f"{fused.var} of {fused.extent} iterations.", fused=fused.var, extent=fused.extent)
+        strides = [_stride(after.analysis, a, fused.var, ai.loops) for a in _accesses(ai.equation) if a.indices]
+        if any(s is None for s in strides):
+            w.say(f"Some indices now divide and take remainders of {fused.var} (// and %): their strides along it "
+                  "are not one constant.")
+        if fused.kind == "L":
+            w.say(f"A single loop of {fused.extent} iterations can then be parallelized or bound as one.")
+    _contiguity(w, before, after, block)
+
+
+def _parallelize(w: _Writer, before: _Side, after: _Side, step) -> None:
+    args = step.args
+    block, var = args.get("block"), args.get("loop")
+    site = _site_of(after, block, var) or _site_of(before, block, var)
+    if site is None:
+        return
+    loop = site.loop
+    cores = w.machine.cores
+    inner_iters = sum(_iterations(after.analysis.equations[k].loops[site.depth + 1:]) for k in site.equations) \
+        if site.equations else 0
+    w.say(f"Runs loop {var} in parallel: its {loop.extent} iterations over {cores} core{'s' * (cores != 1)}"
+          f" ({-(-loop.extent // cores)} per core at most), each iteration doing {human_count(inner_iters)} "
+          f"inner iterations{(' (' + ', '.join(l.var for l in after.info(block).loops[site.depth + 1:]) + ')') if after.info(block) and after.info(block).loops[site.depth + 1:] else ''}.",
+          parallel_loop=var, parallel_iterations=loop.extent, cores=cores, per_core=-(-loop.extent // cores),
+          inner_iterations_per_parallel_iteration=inner_iters)
+    if loop.extent < cores:
+        w.say(f"Only {loop.extent} iterations for {cores} cores: at most {loop.extent} cores are busy.")
+        w.risk(f"loop {var} has only {loop.extent} iterations for {cores} cores")
+    elif loop.extent % cores:
+        w.say(f"{loop.extent} iterations do not divide evenly over {cores} cores: the last core gets "
+              f"{loop.extent - (loop.extent // cores) * cores if loop.extent // cores else loop.extent} fewer.")
+    if site.outer:
+        starts = _iterations(site.outer)
+        w.say(f"Loop {var} is inside {_loops_text(site.outer)}, so the parallel region starts {human_count(starts)} "
+              "times, once per iteration of the loops around it.", parallel_region_starts=starts)
+        if starts > 1:
+            w.risk(f"the parallel region starts {human_count(starts)} times (loop {var} is not outermost)")
+    if inner_iters and inner_iters < 1000:
+        w.risk(f"each parallel iteration does only {inner_iters} inner iterations of work")
+    for k in site.equations:
+        info = after.analysis.equations[k]
+        if var in info.reduce_axes:
+            continue
+
+
+def _vectorize(w: _Writer, before: _Side, after: _Side, step) -> None:
+    args = step.args
+    block, var = args.get("block"), args.get("loop")
+    site = _site_of(after, block, var) or _site_of(before, block, var)
+    if site is None:
+        return
+    loop = site.loop
+    lanes = loop.extent
+    widths = []
+    rows = []
+    for k in site.equations:
+        info = after.analysis.equations[k]
+        t = after.analysis.tensors[info.equation.lhs.tensor]
+        widths.append(lanes * dtype_bytes(t.dtype))
+        rows.extend((a.tensor, _print(a), _stride(after.analysis, a, var, info.loops))
+                    for a in _accesses(info.equation) if a.indices)
+    width = max(widths) if widths else 0
+    elem = after.analysis.tensors[after.info(block).equation.lhs.tensor].dtype if after.info(block) else "f32"
+    w.facts.update(vector_loop=var, lanes=lanes, vector_bytes_used=width)
+    if w.target == "cuda":
+        w.say(f"Vectorizes loop {var}: {lanes} lanes of {elem} ({width:g} bytes per access).")
+    else:
+        mv = w.machine.vector_bytes
+        w.facts["machine_vector_bytes"] = mv
+        if width == mv:
+            rel = f"exactly the machine's {w.machine.vector_text()}"
+        elif width > mv:
+            rel = f"{width / mv:g}x the machine's {w.machine.vector_text()}"
+        else:
+            rel = f"less than the machine's {w.machine.vector_text()} (a {width / mv:.0%} share)"
+        w.say(f"Vectorizes loop {var} of {block}: {lanes} lanes of {elem} = {width:g} bytes per vector operation, "
+              f"{rel}.")
+        if width < mv:
+            w.risk(f"{lanes} lanes fill only {width:g} of the machine's {mv}-byte vectors")
+        elif width % mv:
+            w.risk(f"{width:g} bytes is not a multiple of the machine's {mv}-byte vectors")
+    contiguous = [text for _, text, s in rows if s == 1]
+    broadcast = [text for _, text, s in rows if s == 0]
+    strided = [f"{text} (stride {_stride_word(s)})" for _, text, s in rows if s not in (0, 1)]
+    w.facts["strides_along_vector_loop"] = [{"access": text, "stride": s} for _, text, s in rows]
+    if contiguous:
+        w.say(f"Along {var}, {_join(contiguous)} {'is' if len(contiguous) == 1 else 'are'} contiguous"
+              + (f" and {_join(broadcast)} {'is' if len(broadcast) == 1 else 'are'} the same element in every lane"
+                 if broadcast else "") + ".")
+    if strided:
+        w.say(f"{_join(strided)} {'is' if len(strided) == 1 else 'are'} not contiguous along {var}: the lanes "
+              "read elements far apart.")
+        w.risk(f"{_join(strided)} is not contiguous along the vector loop {var}")
+
+
+def _unroll(w: _Writer, before: _Side, after: _Side, step) -> None:
+    args = step.args
+    block, var = args.get("block"), args.get("loop")
+    site = _site_of(after, block, var) or _site_of(before, block, var)
+    if site is None:
+        return
+    loop = site.loop
+    instances = sum(_iterations(after.analysis.equations[k].loops[site.depth:]) for k in site.equations)
+    inner = [l.var for l in _nest_loops(site.nest)][site.position + 1:] if site.nest is not None else []
+    w.say(f"Unrolls loop {var} ({loop.extent} iterations): its body"
+          + (f" (with loop{'s' * (len(inner) > 1)} {', '.join(inner)} inside)" if inner else "")
+          + f" is written out {loop.extent} times, without {var}'s counter and branch; one run executes "
+          f"{human_count(instances)} equation instance{'s' * (instances != 1)}.",
+          unrolled_loop=var, extent=loop.extent, instances=instances)
+    if site.outer:
+        runs = _iterations(site.outer)
+        w.say(f"Loop {var} runs {human_count(runs)} times (once per iteration of {', '.join(l.var for l in site.outer)}).",
+              unrolled_runs=runs)
+    if instances > 64:
+        w.risk(f"unrolling writes out {human_count(instances)} equation instances (larger code)")
+
+
+def _bind(w: _Writer, before: _Side, after: _Side, step) -> None:
+    args = step.args
+    block, var, axis = args.get("block"), args.get("loop"), args.get("axis")
+    ai = after.info(block)
+    if ai is None:
+        return
+    threads = _iterations([l for l in ai.loops if l.kind == "B" and l.var in _THREAD_AXES])
+    blocks = _iterations([l for l in ai.loops if l.kind == "B" and l.var in _BLOCK_AXES])
+    tag = A.THREAD_AXES.get(axis, axis)
+    loop = _loop_of(before, block, var)
+    w.say(f"Binds loop {var}{f' ({loop.extent} iterations)' if loop else ''} of {block} to {tag}: the kernel now has "
+          f"{human_count(blocks)} block{'s' * (blocks != 1)} of {threads} thread{'s' * (threads != 1)}.",
+          axis=tag, blocks=blocks, threads_per_block=threads)
+    if threads > 1 and threads % WARP_SIZE:
+        w.say(f"{threads} threads per block is not a multiple of the {WARP_SIZE}-thread warp: the last warp of each "
+              "block runs partly empty.")
+        w.risk(f"{threads} threads per block is not a multiple of {WARP_SIZE}")
+    if axis in _THREAD_AXES:
+        rows = [(a.tensor, _print(a), _stride(after.analysis, a, axis, ai.loops)) for a in _accesses(ai.equation) if a.indices]
+        coalesced = [text for _, text, s in rows if s == 1]
+        if axis == "tx" and coalesced:
+            w.say(f"Along threadIdx.x, {_join(coalesced)} {'is' if len(coalesced) == 1 else 'are'} contiguous: "
+                  "neighbouring threads touch neighbouring elements.")
+
+
+def _cache_copy(w: _Writer, before: _Side, after: _Side, step) -> None:
+    args = step.args
+    tensor = args.get("tensor")
+    added = [t for t in after.analysis.temporaries() if t.name not in before.analysis.tensors]
+    for t in added:
+        # The copy: an equation that only moves elements between the tensor and its cache.
+        copies = [i for i in after.analysis.equations if isinstance(i.equation.rhs, A.Access)
+                  and {i.equation.lhs.tensor, i.equation.rhs.tensor} == {t.name, tensor}]
+        copy_elems = sum(_iterations(i.loops) for i in copies)
+        verb = "reads" if step.id == "cache_read" else "writes"
+        nbytes = tensor_bytes(after.analysis, t.name)
+        w.say(f"{args.get('block')} now {verb} {tensor} through {t.name} ({_shape_text(t)}{_scope_text(t)}, "
+              f"{human_bytes(nbytes)}); the copy between them moves {human_count(copy_elems)} elements.",
+              cache_tensor=t.name, cache_scope=t.scope, cache_bytes=nbytes, copy_elements=copy_elems)
+        w.facts["temporaries_said"] = True
+        original = before.analysis.tensors.get(tensor)
+        if original is not None and t.size >= original.size:
+            w.say(f"{t.name} holds all {human_count(original.size)} elements of {tensor}: the copy adds "
+                  f"{human_bytes(nbytes)} of traffic each way and keeps nothing smaller than {tensor} close to "
+                  f"the computation until a later step (compute_at) moves it into a loop of {args.get('block')}.")
+            w.risk(f"{t.name} is a full copy of {tensor} ({human_bytes(nbytes)})")
+
+
+def _compute_at(w: _Writer, before: _Side, after: _Side, step) -> None:
+    args = step.args
+    block = args.get("block")
+    at = args.get("at") or {}
+    site = _site_of(after, at.get("block"), at.get("loop"))
+    pi = after.info(block)
+    bi = before.info(block)
+    if site is None or pi is None or bi is None:
+        return
+    written = pi.equation.lhs.tensor
+    moving = pi.loops[site.depth + 1:]
+    per_iter = footprint(after.analysis, [(pi.equation.lhs, pi.loops, moving)])
+    whole = footprint(before.analysis, [(bi.equation.lhs, bi.loops, bi.loops)])
+    eb = dtype_bytes(after.analysis.tensors[written].dtype)
+    where = "before" if step.id == "compute_at" else "after"
+    w.say(f"Moves {block} inside loop {at.get('loop')} ({site.loop.extent} iterations) of {at.get('block')}: each "
+          f"iteration writes {_elements(per_iter)} of {written} ({human_bytes(per_iter * eb)}) next to their use, "
+          f"instead of all {_elements(whole)} ({human_bytes(whole * eb)}) in a separate nest {where} it.",
+          at_loop=at.get("loop"), elements_per_iteration=per_iter, elements_before=whole)
+    ws = sum(working_set(after.analysis, site.loop).values())
+    w.facts["iteration_working_set_bytes"] = ws
+    if w.target != "cuda":
+        level = _level(w.machine, ws)
+        w.say(f"Between producing and using them, one iteration of {site.loop.var} touches {human_bytes(ws)}"
+              + (f", which fits in {w.machine.cache_text(level)}." if level != "memory" else ", more than every cache level."))
+
+
+def _elements(n: int) -> str:
+    return f"{human_count(n)} element{'s' * (n != 1)}"
+
+
+def _compute_inline(w: _Writer, before: _Side, after: _Side, step) -> None:
+    block = step.args.get("block")
+    bi = before.info(block)
+    if bi is not None:
+        t = bi.equation.lhs.tensor
+        direction = "its consumers" if step.id == "compute_inline" else "the equation it feeds"
+        w.say(f"Inlines {block} into {direction}: {t}'s expression is computed where it is used.", inlined=t)
+
+
+def _rfactor(w: _Writer, before: _Side, after: _Side, step) -> None:
+    args = step.args
+    block, var = args.get("block"), args.get("loop")
+    bi = before.info(block)
+    partial = [i for i in after.analysis.equations if i.equation.lhs.tensor not in before.analysis.tensors]
+    if bi is None or not partial:
+        return
+    p = partial[0]
+    t = after.analysis.tensors[p.equation.lhs.tensor]
+    w.say(f"Factors the reduction of {bi.equation.lhs.tensor} over loop {var}: partial results go to {t.name} "
+          f"({_shape_text(t)}, {human_bytes(tensor_bytes(after.analysis, t.name))}), then a second equation combines them.",
+          partials=t.name)
+    if var in p.spatial:
+        w.say(f"In {t.name}, {var} is a spatial axis (it was a reduction axis of {bi.equation.lhs.tensor}): its "
+              "iterations are now independent and can run in parallel or as vector lanes.")
+
+
+def _decompose(w: _Writer, before: _Side, after: _Side, step) -> None:
+    args = step.args
+    block, var = args.get("block"), args.get("loop")
+    bi = before.info(block)
+    if bi is None:
+        return
+    w.say(f"Writes the initial value of {bi.equation.lhs.tensor} in its own nest before loop {var}, so the "
+          f"reduction equation only accumulates.", init_before_loop=var)
+
+
+_FAMILIES = {
+    "split": _split, "tile": _tile, "reorder": _reorder, "fuse": _fuse, "parallelize": _parallelize,
+    "vectorize": _vectorize, "unroll": _unroll, "bind": _bind, "cache_read": _cache_copy,
+    "cache_write": _cache_copy, "compute_at": _compute_at, "reverse_compute_at": _compute_at,
+    "compute_inline": _compute_inline, "reverse_compute_inline": _compute_inline, "rfactor": _rfactor,
+    "decompose_reduction": _decompose,
+}
+
+
+def _generic(w: _Writer, before: _Side, after: _Side, step) -> None:
+    """Any other step: what changed, from the two programs."""
+    try:
+        from leir.transforms import get
+
+        title = get(step.id).TITLE
+    except Exception:
+        title = step.id
+    eb, ea = len(before.analysis.equations), len(after.analysis.equations)
+    nb = sum(1 for _ in _all_loops(before.analysis.program))
+    na = sum(1 for _ in _all_loops(after.analysis.program))
+    where = f" on {step.args['block']}" if isinstance(step.args.get("block"), str) else ""
+    w.say(f"{title}{where}: {eb} equation{'s' * (eb != 1)} and {nb} loop{'s' * (nb != 1)} before, {ea} and {na} after.",
+          equations_before=eb, equations_after=ea, loops_before=nb, loops_after=na)
+    changed = [(k, tb.scope, after.analysis.tensors[k].scope) for k, tb in before.analysis.tensors.items()
+               if k in after.analysis.tensors and tb.scope != after.analysis.tensors[k].scope]
+    for name, s0, s1 in changed:
+        from leir.ast import SCOPES
+
+        w.say(f"{name} moves from {SCOPES[s0]} to {SCOPES[s1]} memory.")
+    reshaped = [(k, tb.shape, after.analysis.tensors[k].shape) for k, tb in before.analysis.tensors.items()
+                if k in after.analysis.tensors and tb.shape != after.analysis.tensors[k].shape]
+    for name, s0, s1 in reshaped:
+        w.say(f"{name}'s layout changes from [{','.join(map(str, s0))}] to [{','.join(map(str, s1))}].")
+
+
+def _all_loops(program: A.Program):
+    for unit in program.units:
+        yield from _nest_loops(unit)
+
+
+def _nest_loops(nest: A.Nest):
+    yield from nest.loops
+    for item in nest.body:
+        if isinstance(item, A.Nest):
+            yield from _nest_loops(item)
+
+
+def _measured(w: _Writer, measured: tuple[float, float], target: str) -> None:
+    b, a = measured
+    w.facts.update(latency_before_ms=b, latency_after_ms=a, target=target)
+    if not (b > 0 and a > 0):
+        return
+    ratio = b / a
+    w.facts["speedup"] = ratio
+    head = f"Latency measured on {target}: {_ms(b)} → {_ms(a)}"
+    if abs(1 - a / b) < NOISE:
+        w.say(f"{head}, {ratio:.2f}x: within the {NOISE:.0%} this project treats as measurement noise.")
+    elif a < b:
+        w.say(f"{head}, {ratio:.2f}x faster.")
+    else:
+        w.say(f"{head}, {a / b:.2f}x slower.")
+        if w.risks:
+            w.say(f"Facts the analysis finds that can cost time here: {'; '.join(dict.fromkeys(w.risks))}.")
+        else:
+            w.say("The analysis finds no cause among the facts above (strides, reuse distances, parallel "
+                  "iterations, vector width and operation counts).")
+
+
+def _ms(x: float) -> str:
+    return f"{x:.3g} ms" if x >= 0.01 else f"{x * 1000:.3g} µs"
+
+
+def step_reasoning(before: Analysis, after: Analysis, step, *, measured: tuple[float, float] | None = None,
+                   target: str = "llvm", machine: Machine | None = None) -> Reasoning:
+    """Why ``step`` (turning ``before`` into ``after``) should help, from the
+    facts of both programs; closes with the measured effect when given."""
+    machine = machine or Machine.detect()
+    w = _Writer(machine, target)
+    w.facts.update(step=step.id, args=step.args)
+    b, a = _Side.of(before), _Side.of(after)
+    family = _FAMILIES.get(step.id)
+    try:
+        if family is not None:
+            family(w, b, a, step)
+        else:
+            _generic(w, b, a, step)
+        _program_diff(w, b, a)
+    except Exception as e:  # the reasoning must never take a step down with it
+        w.say(f"(The analysis could not explain this step: {type(e).__name__}.)")
+    if not w.sentences:
+        _generic(w, b, a, step)
+    if measured is not None:
+        _measured(w, measured, target)
+    w.facts["risks"] = list(dict.fromkeys(w.risks))
+    if target != "cuda":
+        w.facts["machine"] = machine.to_json()
+    return Reasoning(w.sentences, w.facts)
+
+
+# ====================================================================== markdown
+
+
+def _code(s: str) -> str:
+    return f"`{s}`"
+
+
+def describe_loop(analysis: Analysis, *, at: int | None = None, block: str | None = None, var: str | None = None,
+                  machine: Machine | None = None, target: str = "llvm") -> str | None:
+    """Markdown for hover on a loop header (None when there is no loop)."""
+    f = loop_facts(analysis, at=at, block=block, var=var, target=target)
+    if f is None:
+        return None
+    machine = machine or Machine.detect()
+    lines = [f"**loop {_code(f.var)}**: {f.kind_name} ({f.kind}), {f.extent} iterations"
+             + (f" from {f.start}" if f.start else "")]
+    if f.outer:
+        lines.append(f"- inside {', '.join(f'{v} ({e})' for v, _, e in f.outer)}; trip count "
+                     f"{human_count(f.trip_count)} ({' x '.join(str(e) for _, _, e in f.outer)} x {f.extent})")
+    else:
+        lines.append(f"- outermost; trip count {human_count(f.trip_count)}")
+    if f.reduction_for:
+        lines.append(f"- **reduction** axis of {', '.join(map(_code, f.reduction_for))}")
+    if f.spatial_for:
+        lines.append(f"- spatial axis of {', '.join(map(_code, f.spatial_for))}")
+    dep = [s for s in f.strides if s.stride != 0]
+    if dep:
+        lines.append("- accesses that depend on it (element stride per iteration): "
+                     + ", ".join(f"{_code(s.text)} {_stride_word(s.stride)}" for s in dep))
+    indep = sorted({s.text for s in f.strides if s.stride == 0})
+    if indep:
+        lines.append(f"- not indexed by it (reused every iteration): {', '.join(map(_code, indep))}")
+    ws = sum(f.iteration_working_set.values())
+    if ws and target != "cuda":
+        level = _level(machine, ws)
+        lines.append(f"- one iteration touches {human_bytes(ws)}"
+                     + (f" (fits {machine.cache_text(level)})" if level != "memory" else " (more than every cache)"))
+    if f.offered:
+        ids = list(dict.fromkeys(i for i, _, _ in f.offered))
+        lines.append(f"- offered: {', '.join(ids)}")
+    if f.refused:
+        lines.append("- not offered: " + "; ".join(f"{r.transform} ({r.short})" for r in f.refused))
+    return "\n".join(lines)
+
+
+def describe_access(analysis: Analysis, *, at: int | None = None, block: str | None = None,
+                    tensor: str | None = None, machine: Machine | None = None, target: str = "llvm") -> str | None:
+    """Markdown for hover on a tensor access (None when there is none)."""
+    f = access_facts(analysis, at=at, block=block, tensor=tensor)
+    if f is None:
+        return None
+    from leir.ast import SCOPES
+
+    machine = machine or Machine.detect()
+    shape = f"[{','.join(map(str, f.shape))}]" if f.shape else "scalar"
+    role = {"in": "input", "out": "output", "tmp": "temporary"}[f.role]
+    lines = [f"**{_code(f.text)}** in block {_code(f.block)} ({'written' if f.written else 'read'})",
+             f"- {role} {_code(f.tensor)}: {f.dtype}{shape}, {SCOPES[f.scope]} memory, {human_bytes(f.bytes)}"]
+    if f.loops:
+        rows = ["| loop | extent | stride | one pass touches |", "|---|---|---|---|"]
+        for l in f.loops:
+            rows.append(f"| {l.var} | {l.extent} | {_stride_word(l.stride)} | {human_count(l.footprint)} elements, "
+                        f"{human_bytes(l.footprint_bytes)} |")
+        lines.append("")
+        lines.extend(rows)
+        lines.append("")
+    if f.reuse > 1:
+        lines.append(f"- each element is touched {human_count(f.reuse)} times (loops {', '.join(f.reuse_loops)} do not "
+                     "index it)")
+    else:
+        lines.append("- each element is touched once by this access")
+    if f.reuse_loop is not None and target != "cuda":
+        level = _level(machine, f.reuse_distance_bytes)
+        lines.append(f"- reused across {_code(f.reuse_loop)} after {human_bytes(f.reuse_distance_bytes)} of data"
+                     + (f" (fits {machine.cache_text(level)})" if level != "memory" else " (more than every cache)"))
+    return "\n".join(lines)
+
+
+def describe_step(before: Analysis, step, *, after: Analysis | None = None,
+                  measured: tuple[float, float] | None = None, target: str = "llvm", device: str | None = None,
+                  machine: Machine | None = None) -> str:
+    """Markdown for hover on a suggested step: the reasoning (from both
+    programs when ``after`` is given, else the facts of the loop the step
+    names), and the measured latencies when given."""
+    from leir.transforms.base import Step
+
+    if isinstance(step, dict):
+        step = Step(step["id"], step.get("args", {}))
+    machine = machine or Machine.detect()
+    head = f"**{step.id}** {_code(_args_text(step.args))}"
+    if after is not None:
+        r = step_reasoning(before, after, step, measured=measured, target=target, machine=machine)
+        body = "\n".join(f"- {s}" for s in r.sentences)
+    else:
+        lines = []
+        block = step.args.get("block")
+        for var in ([step.args["loop"]] if isinstance(step.args.get("loop"), str) else
+                    list(step.args.get("loops") or [])):
+            text = describe_loop(before, block=block, var=var, machine=machine, target=target)
+            if text:
+                lines.append(text)
+        if measured is not None:
+            w = _Writer(machine, target)
+            _measured(w, measured, target)
+            lines.extend(f"- {s}" for s in w.sentences)
+        body = "\n\n".join(lines) or "- (apply the step to see its reasoning)"
+    tail = f"\n\n_target {target}" + (f", device {device}" if device else "") + "_"
+    return f"{head}\n\n{body}{tail}"
+
+
+def _args_text(args: dict) -> str:
+    import json
+
+    return json.dumps(args, sort_keys=True)
