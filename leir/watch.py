@@ -308,6 +308,8 @@ def top_suggestions(analysis, target: str, k: int = TOP_SUGGESTIONS) -> list[Sug
     block, loop): three splits of one loop are one idea, not three."""
     from leir.optimize import rank
 
+    if k <= 0:
+        return []
     out, seen = [], set()
     for r in rank(analysis, "cuda" if target == "cuda" else "llvm"):
         a = r.step.args

@@ -1,0 +1,526 @@
+"""Watch mode (``leir.watch``, ``leir-lsp watch``): files created, changed,
+deleted, renamed, unreadable or huge; bursts of writes; measurements within
+a budget, cache first, cancelled when stale; the JSON report; the command."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from leir.document import MAX_DOCUMENT_BYTES
+from leir.watch import Debouncer, Row, Suggestion, Watcher
+
+SCALE = """\
+# B = 2 A
+L^{64}_{i}
+  L^{32}_{j} [
+    B_{i,j} = A_{i,j}*2.0;
+  ];
+"""
+SCALE_3 = SCALE.replace("2.0", "3.0")
+BROKEN = "L^{4}_{i} [\n  B_{i} = ;\n"
+TVMSCRIPT = '''\
+from tvm.script import tirx as T
+
+
+@T.prim_func(s_tir=True)
+def scale(A: T.Buffer((64, 32), "float32"), B: T.Buffer((64, 32), "float32")):
+    T.func_attr({"tir.noalias": True})
+    for i, j in T.grid(64, 32):
+        with T.sblock("B"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            T.reads(A[vi, vj])
+            T.writes(B[vi, vj])
+            B[vi, vj] = A[vi, vj] * T.float32(2.0)
+'''
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path_factory, monkeypatch):
+    """Each test starts with an empty measurement cache of its own."""
+    monkeypatch.setenv("LEIR_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+
+
+@dataclass
+class FakeMeasurement:
+    median_ms: float | None
+    error: str | None = None
+    cached: bool = False
+
+
+class FakeMeasurer:
+    """Stands in for the measurement engine: a cache keyed by program text,
+    and submissions the test completes by hand."""
+
+    target = "llvm"
+    device = "test device"
+
+    def __init__(self, cached: dict[str, float] | None = None):
+        self.cached = cached or {}
+        self.submitted: list[tuple[str, str, Future]] = []  # (label, program text, future)
+
+    @staticmethod
+    def text(analysis) -> str:
+        from leir.printer import print_program
+
+        return print_program(analysis.program)
+
+    def lookup(self, analysis):
+        ms = self.cached.get(self.text(analysis))
+        return None if ms is None else FakeMeasurement(ms, cached=True)
+
+    def submit(self, analysis, label):
+        future = Future()
+        self.submitted.append((label, self.text(analysis), future))
+        return future
+
+    def close(self):
+        pass
+
+
+def only_row(watcher: Watcher, file: str) -> Row:
+    rows = [r for r in watcher.rows() if r.file == file]
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+def wait_until(condition, timeout_s: float = 60.0) -> None:
+    """Poll ``condition`` (file events arrive on another thread)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
+
+
+# ------------------------------------------------------------------ debouncing
+
+
+def test_a_burst_of_touches_is_due_once_after_it_is_quiet():
+    now = [0.0]
+    d = Debouncer(0.3, clock=lambda: now[0])
+    for k in range(50):
+        now[0] = k * 0.01
+        d.touch("a.leir")
+        assert d.due() == []
+    now[0] = 0.49 + 0.29
+    assert d.due() == []
+    now[0] = 0.49 + 0.3
+    assert d.due() == ["a.leir"]
+    assert d.due() == []
+    assert not d.pending()
+
+
+def test_debouncing_is_per_file():
+    now = [0.0]
+    d = Debouncer(1.0, clock=lambda: now[0])
+    d.touch("a.leir")
+    now[0] = 0.5
+    d.touch("b.leir")
+    now[0] = 1.0
+    assert d.due() == ["a.leir"]
+    assert d.next_due_in() == pytest.approx(0.5)
+    now[0] = 1.5
+    assert d.due() == ["b.leir"]
+
+
+# ------------------------------------------------------------------ files
+
+
+def watcher_on(tmp_path: Path, **kwargs) -> Watcher:
+    kwargs.setdefault("budget", 0)
+    kwargs.setdefault("measurer", FakeMeasurer())
+    return Watcher(tmp_path, **kwargs)
+
+
+def test_a_created_file_gets_a_row_with_ranked_steps(tmp_path):
+    w = watcher_on(tmp_path)
+    (tmp_path / "scale.leir").write_text(SCALE)
+
+    w.refresh("scale.leir")
+
+    row = only_row(w, "scale.leir")
+    assert (row.kernel, row.status, row.latency_status) == ("scale", "ok", "not measured")
+    assert row.suggestions and row.best is row.suggestions[0]
+    assert row.speedup is None
+    assert all(s.status == "not measured" and s.latency_ms is None for s in row.suggestions)
+
+
+def test_suggestions_are_one_per_transformation_and_loop(tmp_path):
+    w = watcher_on(tmp_path, suggestions=5)
+    (tmp_path / "scale.leir").write_text(SCALE)
+
+    w.refresh("scale.leir")
+
+    places = [(s.step["id"], s.step["args"].get("loop"), str(s.step["args"].get("loops")))
+              for s in only_row(w, "scale.leir").suggestions]
+    assert len(places) == 5
+    assert len(set(places)) == len(places)
+
+
+def test_a_modified_file_is_checked_again(tmp_path):
+    w = watcher_on(tmp_path)
+    path = tmp_path / "scale.leir"
+    path.write_text(SCALE)
+    w.refresh("scale.leir")
+
+    path.write_text(BROKEN)
+    w.refresh("scale.leir")
+
+    row = only_row(w, "scale.leir")
+    assert (row.kernel, row.status) == (None, "errors")
+    assert row.message.startswith("1:11: ")
+    assert w.checks["scale.leir"] == 2
+
+
+def test_a_deleted_file_leaves_the_table(tmp_path):
+    w = watcher_on(tmp_path)
+    path = tmp_path / "scale.leir"
+    path.write_text(SCALE)
+    w.refresh("scale.leir")
+
+    path.unlink()
+    w.refresh("scale.leir")
+
+    assert w.rows() == []
+
+
+def test_a_renamed_file_moves_to_its_new_name(tmp_path):
+    w = watcher_on(tmp_path)
+    (tmp_path / "scale.leir").write_text(SCALE)
+    w.refresh("scale.leir")
+
+    (tmp_path / "scale.leir").rename(tmp_path / "double.leir")
+    w.refresh("scale.leir")
+    w.refresh("double.leir")
+
+    assert [(r.file, r.kernel) for r in w.rows()] == [("double.leir", "double")]
+
+
+def test_a_file_that_is_not_utf8_gets_a_row_that_says_so(tmp_path):
+    w = watcher_on(tmp_path)
+    (tmp_path / "latin1.leir").write_bytes("# caf\xe9\n".encode("latin-1") + SCALE.encode())
+
+    w.refresh("latin1.leir")
+
+    row = only_row(w, "latin1.leir")
+    assert (row.kernel, row.status, row.message) == (None, "not UTF-8", "byte 0xe9 at offset 5")
+
+
+def test_a_huge_file_is_refused_without_reading_it(tmp_path):
+    w = watcher_on(tmp_path)
+    with open(tmp_path / "huge.leir", "wb") as f:
+        f.truncate(MAX_DOCUMENT_BYTES + 1)  # sparse: nothing is written
+
+    w.refresh("huge.leir")
+
+    row = only_row(w, "huge.leir")
+    assert row.status == "too large"
+    assert str(MAX_DOCUMENT_BYTES + 1) in row.message
+
+
+def test_a_directory_named_like_a_kernel_is_not_a_file(tmp_path):
+    w = watcher_on(tmp_path)
+    (tmp_path / "dir.leir").mkdir()
+
+    w.refresh("dir.leir")
+
+    assert w.rows() == []
+
+
+def test_scan_finds_kernels_and_skips_hidden_directories_and_other_files(tmp_path):
+    for name in ("a.leir", "sub/b.leir", "sub/k.py", ".git/c.leir", "notes.txt", "sub/__pycache__/d.py",
+                 ".#a.leir"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    w = watcher_on(tmp_path)
+
+    assert w.scan() == ["a.leir", "sub/b.leir", "sub/k.py"]
+
+
+def test_python_files_show_their_tvmscript_kernels_and_plain_python_is_ignored(tmp_path):
+    (tmp_path / "kernels.py").write_text(TVMSCRIPT)
+    (tmp_path / "setup.py").write_text("import os\nprint('not a kernel')\n")
+    w = watcher_on(tmp_path)
+
+    w.run_once()
+
+    assert [(r.file, r.kernel, r.status) for r in w.rows()] == [("kernels.py", "scale", "ok")]
+    assert only_row(w, "kernels.py").suggestions
+
+
+def test_a_kernel_file_whose_kernel_breaks_keeps_a_row_with_the_error(tmp_path):
+    path = tmp_path / "kernels.py"
+    path.write_text(TVMSCRIPT)
+    w = watcher_on(tmp_path)
+    w.refresh("kernels.py")
+
+    path.write_text(TVMSCRIPT.replace("T.grid(64, 32)", "T.grid(64, 32"))
+    w.refresh("kernels.py")
+
+    row = only_row(w, "kernels.py")
+    assert row.status == "errors" and row.message
+
+
+# ------------------------------------------------------------------ measuring
+
+
+@pytest.mark.slow  # each measured suggestion is verified: two builds
+def test_cache_first_then_new_measurements_within_the_budget(tmp_path):
+    from leir.document import load_leir
+
+    (tmp_path / "scale.leir").write_text(SCALE)
+    measurer = FakeMeasurer(cached={FakeMeasurer.text(load_leir(SCALE).analysis): 4.0})
+    w = Watcher(tmp_path, budget=2, suggestions=3, measurer=measurer, report=tmp_path / "report.json")
+
+    assert w.run_once(timeout_s=0) is False  # two measurements are still running
+
+    row = only_row(w, "scale.leir")
+    assert (row.latency_ms, row.latency_status) == (4.0, "cached")
+    assert [s.status for s in row.suggestions] == ["measuring", "measuring", "not measured"]
+    assert len(measurer.submitted) == 2
+    assert measurer.submitted[0][0] == f"scale.leir:scale {row.suggestions[0].title}"
+
+    measurer.submitted[0][2].set_result(FakeMeasurement(8.0))
+    measurer.submitted[1][2].set_result(FakeMeasurement(2.5))
+
+    row = only_row(w, "scale.leir")
+    assert [s.latency_ms for s in row.suggestions] == [8.0, 2.5, None]
+    assert row.best is row.suggestions[1]
+    assert row.speedup == pytest.approx(4.0 / 2.5)
+    assert not w.busy()
+
+
+@pytest.mark.slow
+def test_a_failed_measurement_is_a_reason_not_a_latency(tmp_path):
+    (tmp_path / "scale.leir").write_text(SCALE)
+    measurer = FakeMeasurer()
+    w = Watcher(tmp_path, budget=2, suggestions=1, measurer=measurer)
+
+    w.run_once(timeout_s=0)
+    measurer.submitted[0][2].set_result(FakeMeasurement(3.0))
+    measurer.submitted[1][2].set_result(FakeMeasurement(None, error="crashed (signal 11, SIGSEGV) while timing"))
+
+    row = only_row(w, "scale.leir")
+    assert (row.latency_ms, row.latency_status) == (3.0, "measured")
+    assert row.suggestions[0].status == "failed: crashed (signal 11, SIGSEGV) while timing"
+    assert row.suggestions[0].latency_ms is None
+    assert row.speedup is None
+
+
+def test_a_change_cancels_the_measurements_of_the_old_version(tmp_path):
+    path = tmp_path / "scale.leir"
+    path.write_text(SCALE)
+    measurer = FakeMeasurer()
+    w = Watcher(tmp_path, budget=1, suggestions=1, measurer=measurer)
+    w.run_once(timeout_s=0)
+    [(_, old_text, old)] = measurer.submitted
+    assert "2.0" in old_text and not old.done()
+
+    path.write_text(SCALE_3)
+    w.run_once(timeout_s=0)
+
+    assert old.cancelled()
+    assert len(measurer.submitted) == 2
+    _, new_text, new = measurer.submitted[1]
+    assert "3.0" in new_text and not new.done()
+    assert only_row(w, "scale.leir").latency_status == "measuring"
+
+
+def test_a_late_result_of_an_old_version_does_not_land_on_the_new_one(tmp_path):
+    path = tmp_path / "scale.leir"
+    path.write_text(SCALE)
+    measurer = FakeMeasurer()
+    w = Watcher(tmp_path, budget=1, suggestions=1, measurer=measurer)
+    w.run_once(timeout_s=0)
+    old = measurer.submitted[0][2]
+    old.set_running_or_notify_cancel()  # already timing: cancel() cannot stop it
+
+    path.write_text(SCALE_3)
+    w.run_once(timeout_s=0)
+    old.set_result(FakeMeasurement(1.0))
+
+    row = only_row(w, "scale.leir")
+    assert (row.latency_ms, row.latency_status) == (None, "measuring")
+
+
+def test_budget_zero_submits_nothing(tmp_path):
+    (tmp_path / "scale.leir").write_text(SCALE)
+    measurer = FakeMeasurer()
+    w = Watcher(tmp_path, budget=0, measurer=measurer)
+
+    assert w.run_once() is True
+
+    assert measurer.submitted == []
+    assert only_row(w, "scale.leir").latency_status == "not measured"
+
+
+# ------------------------------------------------------------------ the report
+
+
+@pytest.mark.slow
+def test_the_report_is_json_with_one_row_per_kernel(tmp_path):
+    from leir.document import load_leir
+
+    (tmp_path / "scale.leir").write_text(SCALE)
+    (tmp_path / "broken.leir").write_text(BROKEN)
+    report = tmp_path / "out" / "report.json"
+    report.parent.mkdir()
+    measurer = FakeMeasurer(cached={FakeMeasurer.text(load_leir(SCALE).analysis): 4.0})
+    w = Watcher(tmp_path, budget=1, suggestions=2, measurer=measurer, report=report)
+    w.run_once(timeout_s=0)
+    measurer.submitted[0][2].set_result(FakeMeasurement(1.0))
+    w.write_report()
+
+    data = json.loads(report.read_text())
+    assert data["version"] == 1
+    assert (data["root"], data["target"], data["device"], data["budget"]) == (str(tmp_path.resolve()), "llvm",
+                                                                             "test device", 1)
+    broken, scale = data["rows"]
+    assert (broken["file"], broken["kernel"], broken["status"]) == ("broken.leir", None, "errors")
+    assert broken["best_step"] is None and broken["expected_speedup"] is None
+    assert (scale["file"], scale["kernel"], scale["status"]) == ("scale.leir", "scale", "ok")
+    assert (scale["latency_ms"], scale["latency_status"]) == (4.0, "cached")
+    first = scale["suggestions"][0]
+    assert scale["best_step"] == {**first["step"], "title": first["title"]}
+    assert (scale["expected_speedup"], scale["speedup_status"]) == (4.0, "measured")
+    assert [s["status"] for s in scale["suggestions"]] == ["measured", "not measured"]
+    assert os.listdir(report.parent) == ["report.json"]  # written through a temporary file, which is gone
+
+
+def test_an_unmeasured_report_says_not_measured(tmp_path):
+    (tmp_path / "scale.leir").write_text(SCALE)
+    w = watcher_on(tmp_path, report=tmp_path / "r.json")
+
+    w.run_once()
+
+    [row] = json.loads((tmp_path / "r.json").read_text())["rows"]
+    assert (row["latency_ms"], row["latency_status"]) == (None, "not measured")
+    assert (row["expected_speedup"], row["speedup_status"]) == (None, "not measured")
+    assert row["best_step"]["title"] == row["suggestions"][0]["title"]
+
+
+# ------------------------------------------------------------------ following changes
+
+
+def test_following_a_directory_folds_a_burst_and_follows_renames_and_deletes(tmp_path):
+    seen = []
+    measurer = FakeMeasurer()  # budget 1, no suggestions: it receives the checked program
+    w = Watcher(tmp_path, budget=1, suggestions=0, measurer=measurer, debounce_s=1.0,
+                on_change=lambda watcher: seen.append(len(watcher.rows())))
+    w.start()
+    try:
+        path = tmp_path / "scale.leir"
+        for k in range(20):  # an editor's save, a formatter, a checkout: many writes at once
+            path.write_text(SCALE.replace("2.0", f"{k + 1}.0"))
+        wait_until(lambda: len(measurer.submitted) >= 1)
+        time.sleep(1.5)  # longer than the debounce: a second check would have happened by now
+        assert w.checks["scale.leir"] == 1
+        [(_, text, _)] = measurer.submitted
+        assert "20.0" in text  # the last version, checked once
+        assert only_row(w, "scale.leir").kernel == "scale"
+
+        path.rename(tmp_path / "double.leir")
+        wait_until(lambda: [r.file for r in w.rows()] == ["double.leir"])
+        assert only_row(w, "double.leir").kernel == "double"
+
+        (tmp_path / "double.leir").write_bytes(b"\xff\xfe")
+        wait_until(lambda: only_row(w, "double.leir").status == "not UTF-8")
+
+        (tmp_path / "double.leir").unlink()
+        wait_until(lambda: w.rows() == [])
+        assert seen  # the display was told
+    finally:
+        w.stop()
+
+
+# ------------------------------------------------------------------ the display and the command
+
+
+def test_the_line_log_prints_a_line_per_changed_row():
+    from leir_server.watch import LineLog
+
+    class Table:
+        root = "."
+        table: list[Row] = []
+
+        def rows(self):
+            return self.table
+
+    out, table = io.StringIO(), Table()
+    log = LineLog(out)
+    table.table = [Row("a.leir", "a", suggestions=[Suggestion({"id": "split", "args": {}}, "Split loop i by 8")])]
+    log(table)
+    log(table)  # nothing changed: nothing printed
+    table.table = [Row("a.leir", "a", latency_ms=2.0, latency_status="measured",
+                       suggestions=[Suggestion({"id": "split", "args": {}}, "Split loop i by 8", latency_ms=1.0,
+                                               status="measured")])]
+    log(table)
+    table.table = []
+    log(table)
+
+    assert out.getvalue().splitlines() == [
+        "a.leir\ta\tnot measured\tSplit loop i by 8\tnot measured",
+        "a.leir\ta\t2 ms\tSplit loop i by 8\t2.00x",
+        "a.leir\tremoved",
+    ]
+
+
+def watch_command(*args, env=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "leir_server", "watch", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=env)
+
+
+def test_watch_once_prints_the_table_and_writes_the_report(tmp_path, examples_dir):
+    (tmp_path / "matmul.leir").write_text((examples_dir / "matmul.leir").read_text())
+    (tmp_path / "bad.leir").write_bytes(b"\xff")
+    report = tmp_path / "report.json"
+
+    out = watch_command(tmp_path, "--once", "--budget", "0", "--report", report)
+
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].split() == ["file", "kernel", "latency", "best", "next", "step", "expected", "speedup"]
+    assert lines[2].split()[:3] == ["bad.leir", "-", "not"]
+    assert lines[3].split()[:4] == ["matmul.leir", "matmul", "not", "measured"]
+    assert lines[3].endswith("not measured")
+    assert lines[-1] == f"report: {report}"
+    rows = json.loads(report.read_text())["rows"]
+    assert [(r["file"], r["kernel"], r["status"]) for r in rows] == [
+        ("bad.leir", None, "not UTF-8"), ("matmul.leir", "matmul", "ok")]
+    assert rows[1]["best_step"]["title"] in lines[3]
+
+
+@pytest.mark.slow  # starts the measurement engine: builds and times one kernel
+def test_watch_once_measures_within_the_budget(tmp_path):
+    (tmp_path / "scale.leir").write_text(SCALE)
+    report = tmp_path / "report.json"
+
+    out = watch_command(tmp_path, "--once", "--budget", "1", "--report", report, timeout=600)
+
+    assert out.returncode == 0, out.stderr
+    [row] = json.loads(report.read_text())["rows"]
+    assert row["latency_status"] == "measured"
+    assert row["latency_ms"] > 0
+    assert [s["status"] for s in row["suggestions"]] == ["not measured"] * len(row["suggestions"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["/no/such/dir", "--once"], "leir-lsp watch: error: /no/such/dir: not a directory"),
+    (["DIR", "--budget", "-1"], "leir-lsp watch: error: argument --budget: must be 0 or more, got -1"),
+    (["DIR", "--target", "tpu"], "leir-lsp watch: error: argument --target: invalid choice"),
+])
+def test_watch_refuses_bad_arguments_in_one_line(tmp_path, args, message):
+    out = watch_command(*[str(tmp_path) if a == "DIR" else a for a in args])
+
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith(message)
