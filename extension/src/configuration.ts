@@ -1,0 +1,97 @@
+/**
+ * The `leir` settings the server reads (its `Settings.from_json`), built from
+ * VS Code's configuration.
+ *
+ * The server pulls the section with `workspace/configuration` on
+ * `initialized` and after each `workspace/didChangeConfiguration`. VS Code's
+ * own answer would be the whole `leir` tree, client-only keys included
+ * (`server.path`, `interpreter`, `trace`); the client answers with exactly
+ * the keys of the shared contract instead, in the form the server documents.
+ */
+
+export const SECTION = "leir";
+
+export type Target = "llvm" | "cuda" | "rpc";
+
+/** The contract's keys, as the server accepts them. */
+export interface ServerConfiguration {
+  target: Target;
+  rpcTracker: string;
+  rpcKey: string;
+  autoMeasure: boolean;
+  measurementBudget: number;
+  model: { enabled: boolean };
+  modelEnabled: boolean;
+  suggestionsOnSave: boolean;
+}
+
+/** Reads one key below `leir.` (what `WorkspaceConfiguration.get` does). */
+export type ConfigGetter = (key: string) => unknown;
+
+export const DEFAULTS: ServerConfiguration = {
+  target: "llvm",
+  rpcTracker: "",
+  rpcKey: "",
+  autoMeasure: false,
+  measurementBudget: 24,
+  model: { enabled: true },
+  modelEnabled: true,
+  suggestionsOnSave: false,
+};
+
+const TARGETS: readonly string[] = ["llvm", "cuda", "rpc"];
+
+/**
+ * The section to send. A value of the wrong type falls back to the default
+ * rather than reaching the server, which would report it as ignored.
+ * Values the server checks further (an rpc target without a tracker, a port
+ * out of range) are passed through: the server says why it ignores them.
+ */
+export function serverConfiguration(get: ConfigGetter): ServerConfiguration {
+  const str = (key: string, fallback: string): string => {
+    const v = get(key);
+    return typeof v === "string" ? v.trim() : fallback;
+  };
+  const bool = (key: string, fallback: boolean): boolean => {
+    const v = get(key);
+    return typeof v === "boolean" ? v : fallback;
+  };
+  const target = str("target", DEFAULTS.target);
+  const budget = get("measurementBudget");
+  const modelEnabled = bool("model.enabled", DEFAULTS.modelEnabled);
+  return {
+    target: (TARGETS.includes(target) ? target : DEFAULTS.target) as Target,
+    rpcTracker: str("rpcTracker", DEFAULTS.rpcTracker),
+    rpcKey: str("rpcKey", DEFAULTS.rpcKey),
+    autoMeasure: bool("autoMeasure", DEFAULTS.autoMeasure),
+    measurementBudget: Number.isInteger(budget) ? (budget as number) : DEFAULTS.measurementBudget,
+    model: { enabled: modelEnabled },
+    modelEnabled,
+    suggestionsOnSave: bool("suggestionsOnSave", DEFAULTS.suggestionsOnSave),
+  };
+}
+
+/**
+ * The answer to one `workspace/configuration` request: one entry per item,
+ * our section for `leir` (or a key below it), `null` for anything else.
+ */
+export function answerConfigurationRequest(
+  items: ReadonlyArray<{ section?: string }>,
+  get: ConfigGetter,
+): unknown[] {
+  return items.map((item) => {
+    const section = item.section ?? "";
+    if (section === SECTION) {
+      return serverConfiguration(get);
+    }
+    if (section.startsWith(`${SECTION}.`)) {
+      const config = serverConfiguration(get) as unknown as Record<string, unknown>;
+      let value: unknown = config;
+      for (const part of section.slice(SECTION.length + 1).split(".")) {
+        value = value !== null && typeof value === "object" ? (value as Record<string, unknown>)[part] : undefined;
+      }
+      return value ?? null;
+    }
+    return null;
+  });
+}

@@ -1,0 +1,70 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+
+import { answerConfigurationRequest, DEFAULTS, serverConfiguration } from "../../src/configuration";
+
+/** What `workspace.getConfiguration("leir").get(key)` returns for these user settings. */
+function getter(values: Record<string, unknown>) {
+  return (key: string) => values[key];
+}
+
+describe("serverConfiguration", () => {
+  it("sends the server's defaults when nothing is set", () => {
+    assert.deepEqual(serverConfiguration(getter({})), DEFAULTS);
+  });
+
+  it("maps every contract key, model.enabled in both spellings", () => {
+    const config = serverConfiguration(
+      getter({
+        target: "rpc",
+        rpcTracker: " 127.0.0.1:9190 ",
+        rpcKey: "rk3399",
+        autoMeasure: true,
+        measurementBudget: 64,
+        "model.enabled": false,
+        suggestionsOnSave: true,
+      }),
+    );
+    assert.deepEqual(config, {
+      target: "rpc",
+      rpcTracker: "127.0.0.1:9190",
+      rpcKey: "rk3399",
+      autoMeasure: true,
+      measurementBudget: 64,
+      model: { enabled: false },
+      modelEnabled: false,
+      suggestionsOnSave: true,
+    });
+  });
+
+  it("never sends client-only settings", () => {
+    const config = serverConfiguration(getter({ "server.path": "/x", interpreter: ["/py"], "trace.server": "verbose" }));
+    assert.deepEqual(Object.keys(config).sort(), Object.keys(DEFAULTS).sort());
+  });
+
+  it("replaces values of the wrong type by the defaults", () => {
+    const config = serverConfiguration(
+      getter({ target: "tpu", measurementBudget: 2.5, autoMeasure: "yes", "model.enabled": 0, rpcKey: 7 }),
+    );
+    assert.equal(config.target, "llvm");
+    assert.equal(config.measurementBudget, 24);
+    assert.equal(config.autoMeasure, false);
+    assert.equal(config.modelEnabled, true);
+    assert.equal(config.rpcKey, "");
+  });
+});
+
+describe("answerConfigurationRequest", () => {
+  it("answers the leir section, keys below it, and null for other sections", () => {
+    const get = getter({ target: "cuda", "model.enabled": false });
+    const answer = answerConfigurationRequest(
+      [{ section: "leir" }, { section: "leir.target" }, { section: "leir.model.enabled" }, { section: "python" }, {}],
+      get,
+    );
+    assert.equal((answer[0] as { target: string }).target, "cuda");
+    assert.equal(answer[1], "cuda");
+    assert.equal(answer[2], false);
+    assert.equal(answer[3], null);
+    assert.equal(answer[4], null);
+  });
+});

@@ -1,0 +1,56 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+
+import { GEOMETRY, latencyPoints, logRange, plotSvg, project, Trajectory, trajectoryHtml } from "../../src/trajectory";
+
+const T: Trajectory = {
+  uri: "file:///w/matmul.leir",
+  kernel: "main",
+  done: true,
+  steps: [
+    { id: "tile", args: { loops: ["j", "k"] }, latency_before_ms: 10, latency_after_ms: 1, speedup: 10, reasoning: "k is innermost with stride 256" },
+    { id: "vectorize", args: { loop: "ji" }, latency_before_ms: 1, latency_after_ms: 0.1, speedup: 10, reasoning: "unit stride <b>" },
+  ],
+};
+
+describe("trajectory", () => {
+  it("takes the start latency and the latency after each measured step", () => {
+    assert.deepEqual(
+      latencyPoints(T).map((p) => [p.step, p.ms]),
+      [[0, 10], [1, 1], [2, 0.1]],
+    );
+    const unmeasured: Trajectory = { uri: "u", steps: [{ id: "split" }, { id: "fuse", latency_after_ms: 3 }] };
+    assert.deepEqual(latencyPoints(unmeasured).map((p) => p.step), [2]);
+  });
+
+  it("plots on a log scale: equal ratios are equal distances", () => {
+    assert.deepEqual(logRange([10, 1, 0.1]), [-1, 1]);
+    assert.deepEqual(logRange([5, 5]), [0, 1]);
+    const xy = project(latencyPoints(T));
+    assert.ok(Math.abs((xy[1].y - xy[0].y) - (xy[2].y - xy[1].y)) < 1e-9);
+    assert.equal(xy[0].y, GEOMETRY.top); // 10 ms is the top decade
+    assert.equal(xy[2].y, GEOMETRY.height - GEOMETRY.bottom); // 0.1 ms the bottom one
+    assert.equal(xy[0].x, GEOMETRY.left);
+    assert.equal(xy[2].x, GEOMETRY.width - GEOMETRY.right);
+  });
+
+  it("draws one point per latency and says when there is none", () => {
+    assert.equal((plotSvg(latencyPoints(T)).match(/<circle /g) ?? []).length, 3);
+    assert.match(plotSvg([]), /No measured latency yet/);
+  });
+
+  it("escapes server text and allows no script", () => {
+    const html = trajectoryHtml(T, { cspSource: "vscode-webview://x", nonce: "abc123" });
+    assert.match(html, /unit stride &lt;b&gt;/);
+    assert.doesNotMatch(html, /<b>/);
+    assert.doesNotMatch(html, /<script/i);
+    assert.match(html, /default-src 'none'/);
+    assert.match(html, /<style nonce="abc123">/);
+    assert.match(html, /10\.0 ms → 100 µs \(100\.00×\)/);
+  });
+
+  it("shows progress while optimize is still streaming steps", () => {
+    const html = trajectoryHtml({ uri: "u", steps: [T.steps[0]], done: false }, { cspSource: "s", nonce: "n" });
+    assert.match(html, /Optimizing… \(1 step so far\)/);
+  });
+});
