@@ -111,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", metavar="DIR", help="where the figures are kept (as for measure)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(handler=cmd_bench_device)
+
+    from leir.dataset.cli import add_parser as add_dataset_parser  # build|export|stats, in leir/dataset
+
+    add_dataset_parser(sub)
     return parser
 
 

@@ -1,0 +1,201 @@
+"""``leir dataset stats DIR``: what a build holds.
+
+Counts per strategy and per workload, the verification pass rate, the
+speedup distribution (verified samples with a latency), trajectory lengths
+(steps the trajectory went on with), tokens per sample under the tokenizer
+of the LEIR token figure (``leir.tokens``: SmolLM2's BPE) for the program
+before, the program after, the reasoning and the whole chat pair, and two
+plots (PNG): speedup per step index, and strategy frequency.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from leir.dataset.build import DatasetError, read_samples
+
+#: Below this ratio from 1 a speedup is measurement noise (as in leir.optimize).
+NOISE = 0.03
+
+
+def _quantiles(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    v = sorted(values)
+
+    def q(p: float) -> float:
+        return v[min(len(v) - 1, max(0, round(p * (len(v) - 1))))]
+
+    return {"min": v[0], "p10": q(0.1), "p25": q(0.25), "median": q(0.5), "p75": q(0.75), "p90": q(0.9),
+            "max": v[-1], "geomean": math.exp(statistics.fmean(math.log(x) for x in v))}
+
+
+def compute(out: str | Path, tokens: bool = True) -> dict:
+    from leir.dataset.export import chat_pair
+
+    samples = list(read_samples(Path(out)))
+    if not samples:
+        raise DatasetError(f"{out}: no samples")
+    verified = [s for s in samples if s["verified"]]
+    timed = [s for s in verified if s["speedup"] is not None]
+    speedups = [s["speedup"] for s in timed]
+    per_strategy: dict[str, dict] = {}
+    for name, group in _group(samples, "strategy").items():
+        sp = [s["speedup"] for s in group if s["verified"] and s["speedup"] is not None]
+        per_strategy[name] = {"samples": len(group), "verified": sum(s["verified"] for s in group),
+                              "median_speedup": statistics.median(sp) if sp else None,
+                              "faster": sum(x > 1 + NOISE for x in sp)}
+    per_workload = {name: {"samples": len(g), "verified": sum(s["verified"] for s in g),
+                           "variants": len({s["variant"] for s in g})}
+                    for name, g in _group(samples, "workload").items()}
+    lengths = Counter()
+    for tid, group in _group(samples, "trajectory").items():
+        lengths[sum(s["chosen"] for s in group)] += 1
+    per_step = defaultdict(list)
+    for s in timed:
+        per_step[s["step_index"]].append(s["speedup"])
+    result = {
+        "samples": len(samples),
+        "verified": len(verified),
+        "verification_pass_rate": len(verified) / len(samples),
+        "failures": dict(Counter((s["error"] or s["verification"]["summary"]).split(":")[0]
+                                 for s in samples if not s["verified"]).most_common(10)),
+        "workloads": len(per_workload),
+        "trajectories": sum(lengths.values()),
+        "trajectory_lengths": {str(k): v for k, v in sorted(lengths.items())},
+        "speedup": _quantiles(speedups),
+        "faster": sum(x > 1 + NOISE for x in speedups),
+        "slower": sum(x < 1 - NOISE for x in speedups),
+        "neutral": sum(abs(x - 1) <= NOISE for x in speedups),
+        "speedup_per_step": {str(k): _quantiles(v) for k, v in sorted(per_step.items())},
+        "per_strategy": dict(sorted(per_strategy.items(), key=lambda kv: -kv[1]["samples"])),
+        "per_workload": dict(sorted(per_workload.items())),
+        "targets": dict(Counter(s["target"] for s in samples)),
+        "devices": dict(Counter(s["device"] for s in samples)),
+    }
+    if tokens:
+        result["tokens"] = _tokens(samples, chat_pair)
+    return result
+
+
+def _group(samples, key: str) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = defaultdict(list)
+    for s in samples:
+        out[s[key]].append(s)
+    return out
+
+
+def _tokens(samples, chat_pair) -> dict:
+    """Token counts per sample (SmolLM2's BPE), or why there are none."""
+    try:
+        from leir.tokens import count_tokens, tokenizer_name
+
+        count_tokens("L")
+    except ImportError as e:  # TokenizerUnavailable is an ImportError too
+        return {"unavailable": str(e)}
+    fields = {"before": [], "after": [], "reasoning": [], "chat": []}
+    for s in samples:
+        fields["before"].append(count_tokens(s["before"]))
+        fields["after"].append(count_tokens(s["after"]))
+        fields["reasoning"].append(count_tokens(s["reasoning"]))
+        pair = chat_pair(s)
+        fields["chat"].append(sum(count_tokens(m["content"]) for m in pair["messages"]))
+    out = {"tokenizer": tokenizer_name()}
+    for name, values in fields.items():
+        out[name] = {"mean": statistics.fmean(values), "median": statistics.median(values), "max": max(values),
+                     "total": sum(values)}
+    return out
+
+
+# ------------------------------------------------------------ plots
+
+
+def plot(stats: dict, samples_dir: str | Path, plots_dir: str | Path) -> list[Path]:
+    """speedup_per_step.png and strategy_frequency.png; returns their paths."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise DatasetError("plots need matplotlib: pip install 'leir-lsp[dataset]' (or pass --no-plots)") from None
+    plots_dir = Path(plots_dir)
+    plots_dir.mkdir(parents=True, exist_ok=True)
+    per_step = defaultdict(list)
+    for s in read_samples(Path(samples_dir)):
+        if s["verified"] and s["speedup"]:
+            per_step[s["step_index"]].append(s["speedup"])
+    written = []
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    steps = sorted(per_step)
+    if steps:
+        ax.boxplot([per_step[k] for k in steps], positions=steps, showfliers=True)
+    ax.set_yscale("log")
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_xlabel("step index in the trajectory")
+    ax.set_ylabel("speedup (latency before / after), log scale")
+    ax.set_title("Measured speedup of each step")
+    fig.tight_layout()
+    path = plots_dir / "speedup_per_step.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+
+    fig, ax = plt.subplots(figsize=(7, max(3, 0.28 * len(stats["per_strategy"]) + 1)))
+    names = list(stats["per_strategy"])[::-1]
+    ax.barh(names, [stats["per_strategy"][n]["samples"] for n in names], color="#4c72b0", label="samples")
+    ax.barh(names, [stats["per_strategy"][n]["verified"] for n in names], color="#55a868", label="verified")
+    ax.set_xlabel("samples")
+    ax.set_title("Strategy frequency")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    path = plots_dir / "strategy_frequency.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+    return written
+
+
+# ------------------------------------------------------------ text
+
+
+def format_stats(stats: dict) -> str:
+    lines = [f"samples: {stats['samples']}, verified: {stats['verified']} "
+             f"({stats['verification_pass_rate']:.1%}), workloads: {stats['workloads']}, "
+             f"trajectories: {stats['trajectories']}"]
+    if stats["failures"]:
+        lines.append("failures: " + "; ".join(f"{n} {why}" for why, n in stats["failures"].items()))
+    sp = stats["speedup"]
+    if sp:
+        lines.append(f"speedup (verified, measured): median {sp['median']:.3g}x, geomean {sp['geomean']:.3g}x, "
+                     f"p10 {sp['p10']:.3g}x, p90 {sp['p90']:.3g}x, min {sp['min']:.3g}x, max {sp['max']:.3g}x; "
+                     f"{stats['faster']} faster, {stats['slower']} slower, {stats['neutral']} within {NOISE:.0%}")
+    lines.append("trajectory lengths: " + ", ".join(f"{k} steps: {v}" for k, v in stats["trajectory_lengths"].items()))
+    for k, q in stats["speedup_per_step"].items():
+        lines.append(f"  step {k}: median {q['median']:.3g}x, geomean {q['geomean']:.3g}x")
+    lines.append("per strategy (samples / verified / median speedup):")
+    for name, row in stats["per_strategy"].items():
+        med = f"{row['median_speedup']:.3g}x" if row["median_speedup"] is not None else "-"
+        lines.append(f"  {name:28s} {row['samples']:6d} {row['verified']:6d} {med:>9s}")
+    lines.append("per workload (samples / verified / variants):")
+    for name, row in stats["per_workload"].items():
+        lines.append(f"  {name:28s} {row['samples']:6d} {row['verified']:6d} {row['variants']:4d}")
+    tok = stats.get("tokens")
+    if tok:
+        if "unavailable" in tok:
+            lines.append(f"tokens: unavailable ({tok['unavailable']})")
+        else:
+            lines.append(f"tokens per sample ({tok['tokenizer']}): " + ", ".join(
+                f"{k} mean {tok[k]['mean']:.0f} (max {tok[k]['max']})" for k in ("before", "after", "reasoning", "chat")))
+    return "\n".join(lines)
+
+
+def write_stats(stats: dict, path: Path) -> None:
+    from leir.dataset.build import write_atomic
+
+    write_atomic(path, json.dumps(stats, indent=1) + "\n")
