@@ -956,8 +956,65 @@ def _reuse_changes(w: _Writer, before: _Side, after: _Side, block: str) -> bool:
     return said
 
 
+def _handoffs(analysis: Analysis) -> dict[str, dict[str, Any]]:
+    """For each temporary written by one equation and read by a later one:
+    how much data passes between writing an element and reading it back.
+    With a loop common to both equations it is the working set of one
+    iteration of the innermost such loop; without one, all of the
+    temporary is written before any of it is read (its whole size)."""
+    out: dict[str, dict[str, Any]] = {}
+    for t in analysis.temporaries():
+        writer = reader = None
+        for info in analysis.equations:
+            if info.equation.lhs.tensor == t.name:
+                writer = info if reader is None else writer
+            elif writer is not None and any(a.tensor == t.name for a in _accesses(info.equation)[1:]):
+                reader = info
+                break
+        if writer is None or reader is None:
+            continue
+        common = [l for l in writer.loops if any(l is m for m in reader.loops)]
+        if common:
+            loop = common[-1]
+            out[t.name] = {"loop": loop.var, "bytes": sum(working_set(analysis, loop).values()),
+                           "writer": writer.index, "reader": reader.index}
+        else:
+            out[t.name] = {"loop": None, "bytes": t.size * dtype_bytes(t.dtype), "writer": writer.index,
+                           "reader": reader.index}
+    return out
+
+
+def _handoff_changes(w: _Writer, before: _Side, after: _Side) -> None:
+    hb, ha = _handoffs(before.analysis), _handoffs(after.analysis)
+    rows = []
+    for name, h in ha.items():
+        if name not in hb or (hb[name]["loop"], round(hb[name]["bytes"])) == (h["loop"], round(h["bytes"])):
+            continue
+        old = hb[name]
+        rows.append({"tensor": name, "before": old, "after": h})
+        if old["loop"] is None:
+            was = f"all of {name} ({human_bytes(old['bytes'])}) was written before any of it was read back"
+        else:
+            was = f"it was read back within one iteration of {old['loop']}, after {human_bytes(old['bytes'])} of data"
+        if h["loop"] is None:
+            now = f"all of {name} ({human_bytes(h['bytes'])}) is written before any of it is read back"
+        else:
+            now = f"each element of {name} is read back within one iteration of {h['loop']}, after {human_bytes(h['bytes'])} of data"
+        fit = ""
+        if w.target != "cuda":
+            level = _level(w.machine, h["bytes"])
+            fit = f" (which fits in {w.machine.cache_text(level)})" if level != "memory" else " (more than every cache level)"
+        w.say(f"Now {now}{fit}; before, {was}.")
+        if h["bytes"] > old["bytes"] and _level(w.machine, h["bytes"]) != _level(w.machine, old["bytes"]):
+            w.risk(f"{name} now travels {human_bytes(h['bytes'])} between its write and its read (was {human_bytes(old['bytes'])})")
+    if rows:
+        w.facts["handoff_changes"] = rows
+
+
 def _program_diff(w: _Writer, before: _Side, after: _Side, *, ops: bool = True, temporaries: bool = True) -> None:
-    """Operations, temporaries and arithmetic intensity, where they change."""
+    """Operations, temporaries, producer-to-consumer distances and
+    arithmetic intensity, where they change."""
+    _handoff_changes(w, before, after)
     ob, oa = program_operations(before.analysis), program_operations(after.analysis)
     w.facts.update(operations_before=ob, operations_after=oa)
     if ops and ob != oa:
@@ -1285,15 +1342,10 @@ def _compute_at(w: _Writer, before: _Side, after: _Side, step) -> None:
     eb = dtype_bytes(after.analysis.tensors[written].dtype)
     where = "before" if step.id == "compute_at" else "after"
     w.say(f"Moves {block} inside loop {at.get('loop')} ({site.loop.extent} iterations) of {at.get('block')}: each "
-          f"iteration writes {_elements(per_iter)} of {written} ({human_bytes(per_iter * eb)}) next to their use, "
+          f"iteration writes {_elements(per_iter)} of {written} ({human_bytes(per_iter * eb)}), "
           f"instead of all {_elements(whole)} ({human_bytes(whole * eb)}) in a separate nest {where} it.",
           at_loop=at.get("loop"), elements_per_iteration=per_iter, elements_before=whole)
-    ws = sum(working_set(after.analysis, site.loop).values())
-    w.facts["iteration_working_set_bytes"] = ws
-    if w.target != "cuda":
-        level = _level(w.machine, ws)
-        w.say(f"Between producing and using them, one iteration of {site.loop.var} touches {human_bytes(ws)}"
-              + (f", which fits in {w.machine.cache_text(level)}." if level != "memory" else ", more than every cache level."))
+    w.facts["iteration_working_set_bytes"] = sum(working_set(after.analysis, site.loop).values())
 
 
 def _elements(n: int) -> str:

@@ -1,0 +1,414 @@
+"""leir.explain: loop, access and machine facts, and the reasoning for one
+step, on hand-made before/after pairs (written out, so no TVM is needed)
+with an explicit machine, so nothing depends on this computer's caches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from leir.document import load_leir
+from leir.explain import (
+    Machine,
+    access_facts,
+    describe_access,
+    describe_loop,
+    describe_step,
+    loop_facts,
+    step_reasoning,
+)
+from leir.semantics import Analysis
+from leir.transforms import Step
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+#: A machine with round, made-up figures: every test passes the machine it
+#: reasons about.
+MACHINE = Machine(l1d=32 * 1024, l2=1024 * 1024, l3=32 * 1024 * 1024, vector_bytes=32, vector_isa="AVX2", cores=8)
+
+
+def analysis(text: str) -> Analysis:
+    doc = load_leir(text)
+    assert doc.ok, [d.message for d in doc.diagnostics if d.is_error]
+    return doc.analysis
+
+
+MATMUL = """\
+L^{128}_{i}
+  L^{96}_{j}
+    L^{256}_{k} [
+      C_{i,j} += X_{i,k}*W_{k,j};
+    ];
+"""
+
+MATMUL_TILED = """\
+L^{16}_{i_0}
+  L^{12}_{j_0}
+    L^{8}_{i_1}
+      L^{8}_{j_1}
+        L^{256}_{k} [
+          C_{i_0*8+i_1,j_0*8+j_1} += X_{i_0*8+i_1,k}*W_{k,j_0*8+j_1};
+        ];
+"""
+
+COLUMNS = """\
+L^{64}_{j}
+  L^{128}_{i} [
+    Y_{i,j} = X_{i,j}*2.0;
+  ];
+"""
+
+ROWS = """\
+L^{128}_{i}
+  L^{64}_{j} [
+    Y_{i,j} = X_{i,j}*2.0;
+  ];
+"""
+
+
+# ------------------------------------------------------------------ loop facts
+
+
+def test_matmul_loop_facts_k_is_the_reduction_with_its_strides():
+    a = analysis(MATMUL)
+    k = loop_facts(a, block="C", var="k")
+    assert (k.kind, k.extent, k.trip_count) == ("L", 256, 128 * 96 * 256)
+    assert k.reduction_for == ["C"] and k.spatial_for == []
+    strides = {s.text: s.stride for s in k.strides}
+    assert strides == {"C_{i,j}": 0, "X_{i,k}": 1, "W_{k,j}": 96}
+    assert [v for v, _, _ in k.outer] == ["i", "j"]
+    ids = {i for i, _, _ in k.offered}
+    assert {"split", "rfactor"} <= ids and "parallelize" not in ids
+    refused = {r.transform: r.short for r in k.refused}
+    assert "reduction" in refused["parallelize"]
+    assert "256 lanes" in refused["vectorize"]
+
+
+def test_matmul_loop_facts_i_and_j_are_spatial_with_row_major_strides():
+    a = analysis(MATMUL)
+    i = loop_facts(a, block="C", var="i")
+    j = loop_facts(a, block="C", var="j")
+    assert i.spatial_for == j.spatial_for == ["C"] and not i.reduction_for
+    assert {s.text: s.stride for s in i.strides} == {"C_{i,j}": 96, "X_{i,k}": 256, "W_{k,j}": 0}
+    assert {s.text: s.stride for s in j.strides} == {"C_{i,j}": 1, "X_{i,k}": 0, "W_{k,j}": 1}
+    assert i.trip_count == 128 and j.trip_count == 128 * 96
+    # One iteration of i: a row of X (1 KiB), all of W (96 KiB), a row of C (384 B).
+    assert i.iteration_working_set == {"C": 384, "X": 1024, "W": 96 * 1024}
+
+
+def test_loop_facts_by_offset_finds_the_header_under_the_cursor():
+    a = analysis(MATMUL)
+    at = MATMUL.index("L^{96}")
+    assert loop_facts(a, at=at + 2).var == "j"
+    assert loop_facts(a, at=MATMUL.index("X_{")) is None
+
+
+def test_stride_through_a_fused_index_is_evaluated():
+    a = analysis("""\
+L^{12288}_{f} [
+  Y_{f//96,f%96} = C_{f//96,f%96} + b_{f%96};
+];
+""")
+    f = loop_facts(a, block="Y", var="f", legality=False)
+    strides = {s.text: s.stride for s in f.strides}
+    assert strides["Y_{f//96,f%96}"] == 1 and strides["C_{f//96,f%96}"] == 1
+    assert strides["b_{f%96}"] is None  # wraps every 96 iterations: not one constant
+
+
+# ------------------------------------------------------------------ access facts
+
+
+def test_access_facts_bytes_reuse_and_strides():
+    a = analysis(MATMUL)
+    w = access_facts(a, at=MATMUL.index("W_{") + 1)
+    assert (w.tensor, w.text, w.block, w.written) == ("W", "W_{k,j}", "C", False)
+    assert (w.shape, w.dtype, w.scope, w.role) == ((256, 96), "f32", "g", "in")
+    assert w.bytes == 256 * 96 * 4
+    assert w.reuse == 128 and w.reuse_loops == ["i"]
+    assert [(l.var, l.stride, l.indexes) for l in w.loops] == [("i", 0, False), ("j", 1, True), ("k", 96, True)]
+    # A full pass of k touches one column of W: 256 elements.
+    assert (w.loops[2].footprint, w.loops[2].footprint_bytes) == (256, 1024)
+    assert w.reuse_loop == "i" and w.reuse_distance_bytes == 384 + 1024 + 96 * 1024
+
+    c = access_facts(a, block="C", tensor="C")
+    assert c.written and c.reuse == 256 and c.reuse_loops == ["k"] and c.reuse_loop == "k"
+
+
+def test_access_facts_for_an_f16_tensor_count_two_bytes():
+    a = analysis("in X: f16[64,32]\n\nL^{64}_{i}\n  L^{32}_{j} [\n    Y_{i,j} = f32(X_{i,j});\n  ];\n")
+    x = access_facts(a, block="Y", tensor="X")
+    assert (x.dtype, x.element_bytes, x.bytes) == ("f16", 2.0, 64 * 32 * 2)
+    assert x.reuse == 1 and x.reuse_loop is None
+
+
+# ------------------------------------------------------------------ machine
+
+
+def test_machine_levels_and_assumed_values_are_named():
+    m = Machine(l1d=48 * 1024, l2=2 * 1024 * 1024, l3=0, cores=4, assumed=("l3",))
+    assert m.level_of(40 * 1024) == ("L1d", 48 * 1024)
+    assert m.level_of(1024 * 1024) == ("L2", 2 * 1024 * 1024)
+    assert m.level_of(3 * 1024 * 1024) is None
+    assert "assumed" in m.cache_text("L3") and "assumed" not in m.cache_text("L1d")
+
+
+def test_machine_detect_reads_sizes_or_says_they_are_assumed():
+    m = Machine.detect()
+    assert m.cores >= 1 and m.vector_bytes in (16, 32, 64)
+    assert set(m.assumed) <= {"l1d", "l2", "l3", "vector_bytes"}
+    cache = Path("/sys/devices/system/cpu/cpu0/cache/index0/size")
+    if cache.exists() and "l1d" not in m.assumed:
+        assert m.l1d > 0
+
+
+# ------------------------------------------------------------------ reasoning
+
+
+def test_reorder_making_an_access_contiguous_names_the_loop_access_and_strides():
+    r = step_reasoning(analysis(COLUMNS), analysis(ROWS), Step("reorder", {"block": "Y", "loops": ["j", "i"]}),
+                       machine=MACHINE)
+    assert "innermost loop of Y becomes j" in r.text
+    assert "X_{i,j} (stride 64 before)" in r.text and "contiguous" in r.text
+    changes = {c["access"]: (c["stride_before"], c["stride_after"]) for c in r.facts["stride_changes"]}
+    assert changes == {"Y_{i,j}": (64, 1), "X_{i,j}": (64, 1)}
+
+
+def test_reorder_that_breaks_contiguity_says_so_and_why_it_was_slower():
+    r = step_reasoning(analysis(ROWS), analysis(COLUMNS), Step("reorder", {"block": "Y", "loops": ["i", "j"]}),
+                       measured=(0.2, 0.5), machine=MACHINE)
+    assert "no longer contiguous along i" in r.text
+    assert "2.50x slower" in r.text
+    assert any("lost unit stride" in risk for risk in r.facts["risks"])
+
+
+def test_tile_brings_the_reuse_of_w_into_l1():
+    step = Step("tile", {"block": "C", "loops": ["i", "j"], "sizes": [8, 8]})
+    r = step_reasoning(analysis(MATMUL), analysis(MATMUL_TILED), step, measured=(10.0, 4.0), machine=MACHINE)
+    assert "W is reused across loop i_1" in r.text and "fits in L1d (32 KiB)" in r.text
+    assert "only fit in L2" in r.text
+    w = next(c for c in r.facts["reuse_changes"] if c["tensor"] == "W")
+    assert w["reuse_loop_before"] == "i" and w["reuse_loop_after"] == "i_1"
+    assert w["distance_after"] <= MACHINE.l1d < w["distance_before"]
+    assert r.sentences[-1] == "Latency measured on llvm: 10 ms → 4 ms, 2.50x faster."
+
+
+def test_tile_on_a_machine_with_a_smaller_l1_names_the_level_that_holds_it():
+    tiny = Machine(l1d=4 * 1024, l2=64 * 1024, l3=1024 * 1024, cores=2)
+    step = Step("tile", {"block": "C", "loops": ["i", "j"], "sizes": [8, 8]})
+    r = step_reasoning(analysis(MATMUL), analysis(MATMUL_TILED), step, machine=tiny)
+    assert "fits in L2 (64 KiB)" in r.text and "L1d" not in r.text.split("W is reused")[1].split(".")[0]
+
+
+def test_parallelizing_the_outer_loop_counts_iterations_against_cores():
+    par = ROWS.replace("L^{128}_{i}", "P^{128}_{i}")
+    r = step_reasoning(analysis(ROWS), analysis(par), Step("parallelize", {"block": "Y", "loop": "i"}),
+                       machine=MACHINE)
+    assert "its 128 iterations over 8 cores (16 per core at most)" in r.text
+    assert "64 inner iterations (j)" in r.text
+    assert (r.facts["parallel_iterations"], r.facts["cores"]) == (128, 8)
+    many = Machine(cores=256)
+    r = step_reasoning(analysis(ROWS), analysis(par), Step("parallelize", {"block": "Y", "loop": "i"}), machine=many)
+    assert "Only 128 iterations for 256 cores" in r.text
+
+
+def test_parallelizing_a_short_inner_loop_that_measured_slower_gives_the_causes():
+    before = "L^{1000}_{i}\n  L^{4}_{j} [\n    Y_{i,j} = X_{i,j} + 1.0;\n  ];\n"
+    after = before.replace("L^{4}_{j}", "P^{4}_{j}")
+    r = step_reasoning(analysis(before), analysis(after), Step("parallelize", {"block": "Y", "loop": "j"}),
+                       measured=(0.01, 0.9), machine=MACHINE)
+    assert "Only 4 iterations for 8 cores" in r.text
+    assert "the parallel region starts 1000 times" in r.text
+    assert "90.00x slower" in r.text
+    last = r.sentences[-1]
+    assert last.startswith("Facts the analysis finds") and "only 4 iterations" in last and "1000 times" in last
+
+
+def test_vectorize_compares_the_vector_with_the_machines():
+    before = "L^{64}_{i}\n  L^{8}_{j} [\n    Y_{i,j} = X_{i,j}*2.0 + B_{i};\n  ];\n"
+    after = before.replace("L^{8}_{j}", "V^{8}_{j}")
+    step = Step("vectorize", {"block": "Y", "loop": "j"})
+    r = step_reasoning(analysis(before), analysis(after), step, machine=MACHINE)
+    assert "8 lanes of f32 = 32 bytes per vector operation, exactly the machine's 32-byte vectors (AVX2)" in r.text
+    assert "Y_{i,j} and X_{i,j} are contiguous and B_{i} is the same element in every lane" in r.text
+    wide = Machine(vector_bytes=64, vector_isa="AVX-512")
+    r = step_reasoning(analysis(before), analysis(after), step, machine=wide)
+    assert "less than the machine's 64-byte vectors (AVX-512)" in r.text
+    assert r.facts["lanes"] == 8 and r.facts["vector_bytes_used"] == 32
+
+
+def test_vectorize_a_strided_access_says_it_is_not_contiguous():
+    before = "L^{64}_{i}\n  L^{4}_{j} [\n    Y_{i,j} = X_{j,i};\n  ];\n"
+    after = before.replace("L^{4}_{j}", "V^{4}_{j}")
+    r = step_reasoning(analysis(before), analysis(after), Step("vectorize", {"block": "Y", "loop": "j"}),
+                       measured=(1.0, 1.2), machine=MACHINE)
+    assert "X_{j,i} (stride 64) is not contiguous along j" in r.text
+    assert "16 bytes" in r.text and "1.20x slower" in r.text
+
+
+def test_compute_inline_names_the_removed_temporary():
+    before = """\
+L^{64}_{i}
+  L^{32}_{j} [
+    T_{i,j} = X_{i,j}*2.0;
+  ];
+
+L^{64}_{i}
+  L^{32}_{j} [
+    Y_{i,j} = T_{i,j} + 1.0;
+  ];
+"""
+    after = """\
+L^{64}_{i}
+  L^{32}_{j} [
+    Y_{i,j} = X_{i,j}*2.0 + 1.0;
+  ];
+"""
+    r = step_reasoning(analysis(before), analysis(after), Step("compute_inline", {"block": "T"}), machine=MACHINE)
+    assert "Inlines T" in r.text
+    assert "Removes the temporary T (f32[64,32], 8 KiB)" in r.text
+    assert r.facts["temporaries_removed"] == {"T": 8192}
+    assert r.facts["operations_before"] == r.facts["operations_after"] == 2 * 64 * 32
+
+
+def test_compute_at_says_where_the_temporary_is_read_back():
+    before = """\
+L^{64}_{i}
+  L^{32}_{j} [
+    T_{i,j} = X_{i,j}*2.0;
+  ];
+
+L^{64}_{i}
+  L^{32}_{j} [
+    Y_{i,j} = T_{i,j} + 1.0;
+  ];
+"""
+    after = """\
+L^{64}_{i} [
+  L^{32}_{j} [
+    T_{i,j} = X_{i,j}*2.0;
+  ];
+  L^{32}_{j} [
+    Y_{i,j} = T_{i,j} + 1.0;
+  ];
+];
+"""
+    step = Step("compute_at", {"block": "T", "at": {"block": "Y", "loop": "i"}})
+    r = step_reasoning(analysis(before), analysis(after), step, machine=MACHINE)
+    assert "each iteration writes 32 elements of T (128 B)" in r.text
+    assert "read back within one iteration of i, after 384 B of data" in r.text
+    assert "before, all of T (8 KiB) was written before any of it was read back" in r.text
+
+
+def test_split_that_keeps_the_order_says_so_and_an_imperfect_one_names_its_guard():
+    before = "L^{100}_{i} [\n  Y_{i} = X_{i}*2.0;\n];\n"
+    after = "L^{4}_{i_0}\n  L^{32}_{i_1} [\n    Y_{i_0*32+i_1} = X_{i_0*32+i_1}*2.0 where i_0*32 + i_1 < 100;\n  ];\n"
+    r = step_reasoning(analysis(before), analysis(after), Step("split", {"block": "Y", "loop": "i", "factors": [4, 32]}),
+                       machine=MACHINE)
+    assert "Splits loop i of Y (100 iterations) into i_0 (4) and i_1 (32)" in r.text
+    assert "a guard skips 28 of them" in r.text
+    assert r.facts["guarded_iterations"] == 28
+
+
+def test_different_programs_give_different_specific_reasoning():
+    step = Step("parallelize", {"block": "Y", "loop": "i"})
+    a = step_reasoning(analysis(ROWS), analysis(ROWS.replace("L^{128}_{i}", "P^{128}_{i}")), step, machine=MACHINE)
+    other = ROWS.replace("128", "48").replace("64", "500")
+    b = step_reasoning(analysis(other), analysis(other.replace("L^{48}_{i}", "P^{48}_{i}")), step, machine=MACHINE)
+    assert a.text != b.text
+    assert "48 iterations over 8 cores" in b.text and "500 inner iterations" in b.text
+
+
+def test_measurement_within_noise_is_called_noise():
+    step = Step("parallelize", {"block": "Y", "loop": "i"})
+    r = step_reasoning(analysis(ROWS), analysis(ROWS.replace("L^{128}_{i}", "P^{128}_{i}")), step,
+                       measured=(1.0, 0.99), machine=MACHINE)
+    assert "measurement noise" in r.sentences[-1]
+    assert r.facts["latency_before_ms"] == 1.0 and r.facts["latency_after_ms"] == 0.99
+
+
+def test_every_number_in_a_reorder_sentence_is_a_computed_fact():
+    r = step_reasoning(analysis(COLUMNS), analysis(ROWS), Step("reorder", {"block": "Y", "loops": ["j", "i"]}),
+                       machine=MACHINE)
+    import re
+
+    numbers = {int(n) for s in r.sentences for n in re.findall(r"(?<![_{\w])\d+(?![\w}])", s)}
+    facts = set()
+
+    def collect(x):
+        if isinstance(x, bool):
+            return
+        if isinstance(x, (int, float)):
+            facts.add(int(x))
+        elif isinstance(x, dict):
+            for v in x.values():
+                collect(v)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                collect(v)
+
+    collect(r.facts)
+    assert numbers and numbers <= facts | {64, 128}, numbers - facts  # 64 and 128 are the loops' extents
+    assert r.facts["innermost_after"] == "j"
+
+
+# ------------------------------------------------------------------ markdown
+
+
+def test_describe_loop_markdown():
+    a = analysis(MATMUL)
+    md = describe_loop(a, at=MATMUL.index("L^{256}"), machine=MACHINE)
+    assert md.startswith("**loop `k`**: serial (L), 256 iterations")
+    assert "**reduction** axis of `C`" in md and "`W_{k,j}` 96" in md
+    assert "trip count 3.15M (128 x 96 x 256)" in md
+    assert "not offered:" in md and "parallelize (loop k is a reduction axis of C)" in md
+    assert describe_loop(a, at=MATMUL.index("C_{")) is None
+
+
+def test_describe_access_markdown():
+    a = analysis(MATMUL)
+    md = describe_access(a, at=MATMUL.index("W_{"), machine=MACHINE)
+    assert "input `W`: f32[256,96], global memory, 96 KiB" in md
+    assert "| k | 256 | 96 | 256 elements, 1 KiB |" in md
+    assert "touched 128 times (loops i do not index it)" in md
+    assert "reused across `i` after 97.4 KiB of data (fits L2 (1 MiB))" in md
+    assert describe_access(a, at=0) is None
+
+
+def test_describe_step_with_and_without_the_program_after():
+    a = analysis(ROWS)
+    step = {"id": "parallelize", "args": {"block": "Y", "loop": "i"}}
+    md = describe_step(a, step, after=analysis(ROWS.replace("L^{128}_{i}", "P^{128}_{i}")), measured=(2.0, 1.0),
+                       device="test cpu", machine=MACHINE)
+    assert "- Runs loop i in parallel: its 128 iterations over 8 cores" in md
+    assert "2 ms → 1 ms, 2.00x faster" in md and "device test cpu" in md
+    md = describe_step(a, step, machine=MACHINE)
+    assert "**loop `i`**" in md and "offered: " in md
+
+
+# ------------------------------------------------------------------ real steps
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["matmul", "softmax", "gemm_bias_relu", "conv2d", "layernorm"])
+def test_every_offered_step_of_an_example_is_explained(name):
+    """Each transformation offered on an example (two steps of each),
+    applied with TVM: the reasoning has specific sentences and no failure."""
+    from leir import transforms
+    from leir.errors import LeirError
+    from leir.semantics import analyze
+
+    a = analysis((EXAMPLES / f"{name}.leir").read_text())
+    count: dict[str, int] = {}
+    for c in transforms.candidates(a):
+        if count.get(c.step.id, 0) >= 2:
+            continue
+        try:
+            after = analyze(transforms.apply(a, c.step))
+        except LeirError:
+            continue
+        count[c.step.id] = count.get(c.step.id, 0) + 1
+        r = step_reasoning(a, after, c.step, measured=(1.0, 2.0), machine=MACHINE)
+        assert "could not explain" not in r.text, (c.step.key, r.text)
+        assert len(r.sentences) >= 2 and "2.00x slower" in r.text
+    assert count
