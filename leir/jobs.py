@@ -1,0 +1,338 @@
+"""The slow work of an editor session, as functions a worker process runs:
+apply one step and verify it numerically, convert between LEIR and
+TVMScript, and run an optimize search whose measurements are made by the
+process that started it.
+
+Every function takes plain, picklable arguments (text, a step as JSON) and
+returns a plain, picklable result: the new text, or a ``Failure`` that says
+why not in the words a user reads. A user's mistake or a refused step is a
+``Failure``, never an exception; an exception out of here is a bug.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from leir.errors import LeirError
+
+__all__ = ["Applied", "Converted", "Failure", "apply_step", "convert", "kernel_program", "optimize_child"]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a job has no result. ``code`` is the typed error's code
+    (``leir.transforms.base``: "stale-step", "not-applicable",
+    "verification-failed", "tvm-refused"...; "document" when the document
+    has errors); ``message`` one line; ``detail`` the longer explanation."""
+
+    code: str
+    message: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Applied:
+    """A step applied to a document and verified."""
+
+    #: The whole document after the step.
+    text: str
+    #: ``Verification.summary()``: what was compared, and the worst error.
+    verification: str
+    #: The programs before and after, in complete LEIR text (for measuring).
+    before_program: str
+    after_program: str
+
+
+@dataclass(frozen=True)
+class Converted:
+    #: "python" or "leir".
+    language: str
+    text: str
+    #: A name for the new document: "matmul.py", "matmul.leir".
+    title: str
+
+
+def _failure(e: LeirError) -> Failure:
+    short = getattr(e, "short", str(e))
+    return Failure(getattr(e, "code", "error"), short, getattr(e, "detail", "") or "")
+
+
+# ------------------------------------------------------------ apply + verify
+
+
+def apply_step(text: str, language: str, step: dict, kernel: str | None = None, verify: bool = True,
+               record: bool = True) -> Applied | Failure:
+    """``step`` ({"id", "args"}) applied to a document's text: the whole
+    new text, verified on random inputs against the old one (unless
+    ``verify`` is False), or a ``Failure``. ``language`` is "leir" or
+    "tvmscript" (then ``kernel`` names the kernel, as the step's arguments
+    do). With ``record``, a verified step's outcome is remembered for
+    ``leir.suggest`` (``StepOutcomes``)."""
+    from leir.transforms import step_from_json
+
+    try:
+        parsed = step_from_json(step)
+        if language == "leir":
+            return _apply_leir(text, parsed, verify, record)
+        return _apply_tvmscript(text, parsed, kernel, verify, record)
+    except LeirError as e:
+        return _failure(e)
+
+
+def _apply_leir(text: str, step, verify: bool, record: bool) -> Applied | Failure:
+    from leir import transforms
+    from leir.document import load_leir
+    from leir.printer import print_program
+    from leir.semantics import analyze
+
+    doc = load_leir(text)
+    if not doc.ok:
+        first = next(d for d in doc.diagnostics if d.is_error)
+        return Failure("document", f"the document has errors ({doc.source.format_location(first.span)}: "
+                                   f"{first.message}); fix them before transforming it")
+    program = transforms.apply(doc.analysis, step)
+    after = analyze(program)
+    summary = "not verified"
+    if verify:
+        result = transforms.verify(doc.analysis, after)
+        summary = result.summary()
+        if not result.ok:
+            return Failure("verification-failed", f"{step.id} changes what the program computes: {summary}",
+                           "the step was not applied; this is a bug in leir's legality checks")
+        if record:
+            _record(doc.analysis, step, after, "leir")
+    return Applied(print_program(program), summary, print_program(doc.analysis.complete_program()),
+                   print_program(after.complete_program()))
+
+
+def _apply_tvmscript(text: str, step, kernel: str | None, verify: bool, record: bool) -> Applied | Failure:
+    from leir.printer import print_program
+    from leir.suggest import tvmscript_namespace
+    from leir.transforms.tvmscript import load_kernel, tvmscript_apply, tvmscript_verify
+
+    before = load_kernel(text, kernel)
+    new_text = tvmscript_apply(text, step, before.name)
+    after = load_kernel(new_text, before.name)
+    summary = "not verified"
+    if verify:
+        result = tvmscript_verify(text, new_text, before.name)
+        summary = result.summary()
+        if not result.ok:
+            return Failure("verification-failed", f"{step.id} changes what kernel {before.name} computes: {summary}",
+                           "the step was not applied; this is a bug in leir's legality checks")
+        if record:
+            _record(before.ctx.analysis, step, after.ctx.analysis, tvmscript_namespace(before.name))
+    return Applied(new_text, summary, print_program(before.ctx.analysis.complete_program()),
+                   print_program(after.ctx.analysis.complete_program()))
+
+
+def _record(before, step, after, namespace: str) -> None:
+    from leir.suggest import default_outcomes
+
+    outcomes = default_outcomes()
+    if outcomes is None:
+        return
+    try:
+        outcomes.record(before, step, after, namespace)
+    except LeirError:
+        pass  # a read-only cache directory costs the "measured" label, not the step
+
+
+# ------------------------------------------------------------ convert
+
+
+def kernel_name(name: str) -> str:
+    """A Python identifier for a kernel named after a file ("my-op" -> "my_op")."""
+    name = re.sub(r"\W", "_", name) or "main"
+    return name if name.isidentifier() else f"k_{name}"
+
+
+def convert(text: str, language: str, kernel: str | None = None, name: str = "main") -> Converted | Failure:
+    """A ``.leir`` document as a TVMScript kernel named ``name``, or a Python
+    file's kernel as LEIR, as ``leir convert`` prints them."""
+    from leir.printer import print_program
+
+    try:
+        if language == "leir":
+            from leir.document import load_leir
+            from leir.lower import to_tvmscript
+
+            doc = load_leir(text)
+            if not doc.ok:
+                first = next(d for d in doc.diagnostics if d.is_error)
+                return Failure("document", f"the document has errors ({doc.source.format_location(first.span)}: "
+                                           f"{first.message}); fix them before converting it")
+            name = kernel_name(name)
+            return Converted("python", to_tvmscript(doc.analysis, name).rstrip("\n") + "\n", f"{name}.py")
+        from leir.format import canonical_program
+        from leir.transforms.tvmscript import load_kernel
+
+        k = load_kernel(text, kernel)
+        return Converted("leir", print_program(canonical_program(k.ctx.analysis, minimal=True)), f"{k.name}.leir")
+    except LeirError as e:
+        return _failure(e)
+
+
+def kernel_program(text: str, kernel: str | None = None) -> str | Failure:
+    """A Python file's kernel raised to LEIR: the complete program text (what
+    the measurement engine takes)."""
+    from leir.printer import print_program
+    from leir.transforms.tvmscript import load_kernel
+
+    try:
+        return print_program(load_kernel(text, kernel).ctx.analysis.complete_program())
+    except LeirError as e:
+        return _failure(e)
+
+
+# ------------------------------------------------------------ optimize
+
+
+class _Cancelled(Exception):
+    """The parent asked the search to stop."""
+
+
+@dataclass
+class _ProxyMeasurer:
+    """A ``leir.optimize.Measurer`` that asks the parent process to measure
+    (its measurement engine owns the workers and the cache), and remembers
+    every answer: a program asked for twice is measured once."""
+
+    conn: Any
+    known: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self, analyses):
+        from leir.optimize import Timing
+        from leir.printer import print_program
+
+        texts = [print_program(a.complete_program()) for a in analyses]
+        todo = [t for t in dict.fromkeys(texts) if t not in self.known]
+        if todo:
+            self.conn.send(("measure", todo))
+            reply = self.conn.recv()
+            if reply[0] == "cancel":
+                raise _Cancelled()
+            for t, (ms, error, cached) in zip(todo, reply[1]):
+                self.known[t] = Timing(ms, error, cached)
+        return [self.known[t] for t in texts]
+
+
+class _PairingProxyMeasurer(_ProxyMeasurer):
+    """A proxy whose parent's engine can also time two programs turn about
+    without its cache (``leir.optimize.measure_pair`` uses ``paired``)."""
+
+    def paired(self, before, after, rounds: int):
+        from leir.optimize import Paired
+        from leir.printer import print_program
+
+        self.conn.send(("paired", print_program(before.complete_program()), print_program(after.complete_program()),
+                        rounds))
+        reply = self.conn.recv()
+        if reply[0] == "cancel":
+            raise _Cancelled()
+        before_runs, after_runs, before_rounds, after_rounds, error = reply[1]
+        return Paired(tuple(before_runs), tuple(after_runs), tuple(before_rounds), tuple(after_rounds), error)
+
+
+def optimize_child(conn, text: str, language: str, kernel: str | None, options: dict) -> None:
+    """Run ``leir.optimize.optimize`` on a document, talking to the parent
+    through ``conn`` (a ``multiprocessing`` connection):
+
+    - sends ``("measure", [program text...])`` and waits for
+      ``("timings", [(ms, error, cached)...])`` (or ``("cancel",)``);
+    - sends ``("progress", message)`` as the search goes, and
+      ``("step", step_json, program_text)`` for each step kept, as it is kept;
+    - ends with ``("done", result_json)`` or ``("failed", Failure)``.
+
+    ``options``: steps, budget, strategy, target, seed. The greedy strategy
+    runs one step per search so that each kept step is sent at once: each
+    search starts from the last kept program, may spend all of the budget
+    left, and the programs already measured cost nothing again. The other
+    strategies send their steps when the search ends."""
+    try:
+        conn.send(_optimize(conn, text, language, kernel, options))
+    except _Cancelled:
+        conn.send(("failed", Failure("cancelled", "optimize was cancelled")))
+    except LeirError as e:
+        conn.send(("failed", _failure(e)))
+    except (EOFError, BrokenPipeError):
+        pass  # the parent went away
+
+
+def _optimize(conn, text: str, language: str, kernel: str | None, options: dict):
+    from leir import transforms
+    from leir.optimize import Result, optimize
+    from leir.printer import print_program
+    from leir.semantics import analyze
+
+    if language == "leir":
+        from leir.document import load_leir
+
+        doc = load_leir(text)
+        if not doc.ok:
+            return ("failed", Failure("document", "the document has errors; fix them before optimizing it"))
+        start = doc.analysis
+    else:
+        from leir.transforms.tvmscript import load_kernel
+
+        start = load_kernel(text, kernel).ctx.analysis
+    steps = int(options.get("steps", 3))
+    budget = int(options.get("budget", 6 * steps + 1))
+    strategy = options.get("strategy", "greedy")
+    target = options.get("target", "llvm")
+    seed = int(options.get("seed", 0))
+    if budget < 2:
+        return ("failed", Failure("bad-options", f"budget {budget}: at least 2 (the start and one candidate)"))
+    measurer = (_PairingProxyMeasurer if options.get("paired") else _ProxyMeasurer)(conn)
+
+    def progress(message: str) -> None:
+        conn.send(("progress", message))
+
+    def kept(before, step, after, record: dict) -> None:
+        _record(before, step, after, "leir")
+        conn.send(("step", record, print_program(after.program)))
+
+    if strategy != "greedy":
+        result = optimize(start, steps=steps, budget=budget, strategy=strategy, target=target, measurer=measurer,
+                          seed=seed, progress=progress)
+        current = start
+        for s, record in zip(result.trace, result.steps):
+            after = analyze(transforms.apply(current, s))
+            kept(current, s, after, record.to_json())
+            current = after
+        return ("done", result.to_json())
+    current, taken, trajectory = start, [], []
+    start_ms, stop, last = None, "", None
+    while len(taken) < steps:
+        # The start of each search is already measured: it costs no budget.
+        left = budget - len(measurer.known) + (1 if len(measurer.known) else 0)
+        if left < 2:
+            stop = "budget spent"
+            break
+        last = optimize(current, steps=1, budget=left, strategy="greedy", target=target, measurer=measurer,
+                        seed=seed + len(taken), progress=progress)
+        if start_ms is None:
+            start_ms = last.start_ms
+        stop = last.stop_reason
+        if not last.steps:
+            break
+        after = analyze(last.final)
+        kept(current, last.trace[0], after, last.steps[0].to_json())
+        taken.append(last.trace[0])
+        trajectory.extend(last.steps)
+        current = after
+    if start_ms is None:  # never searched: time the start alone
+        start_ms = measurer([start])[0].ms
+    final = Result(start_ms or 0.0, trajectory, current.program, "greedy", target, len(measurer.known), budget,
+                   sum(t.cached for t in measurer.known.values()), stop or f"{steps} steps taken",
+                   "MeasurementEngine (server)")
+    return ("done", final.to_json())
+
+
+def timing_json(m) -> tuple[float | None, str | None, bool]:
+    """A ``Measurement`` as the ``("timings", ...)`` reply carries it."""
+    if m.error is not None or m.median_ms is None:
+        return None, str(m.error or "no latency"), bool(m.cached)
+    return float(m.median_ms), None, bool(m.cached)

@@ -1,0 +1,14 @@
+"""``leir.restart`` {}: stop every job, optimize search and measurement,
+drop the cached lookups, and start fresh worker processes on next use
+(after a TVM upgrade, a change of cache directory, a stuck device)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from leir_server.workers import workers_of
+
+
+async def run(server, call) -> dict:
+    await asyncio.to_thread(workers_of(server).restart)
+    return {"restarted": True}

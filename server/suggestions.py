@@ -1,0 +1,88 @@
+"""What hover, code actions, code lenses and save hints share: the ranked
+suggestions of a snapshot and the cached latencies of its program, computed
+in a thread (a Python file's kernel is parsed by TVM, which takes seconds to
+import the first time) and never by building anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from leir_server.workers import workers_of
+
+if TYPE_CHECKING:
+    from leir.semantics import Analysis
+    from leir.suggest import Suggestion
+
+    from leir_server.session import DocumentSnapshot
+
+
+def compute(server, snapshot: "DocumentSnapshot", offset: int | None, limit: int | None = None,
+            kernel: str | None = None) -> list["Suggestion"]:
+    """The suggestions at ``offset`` (blocking; run it in a thread)."""
+    from leir.suggest import suggest
+
+    if snapshot.too_large:
+        return []
+    if snapshot.language == "leir":
+        doc = snapshot.leir
+        if doc is None or not doc.ok:
+            return []
+    lookup = workers_of(server).lookup()
+    return suggest(snapshot.text, snapshot.language, offset, kernel=kernel,
+                   target=server.session.settings.target, measured=lookup, limit=limit)
+
+
+async def at(server, snapshot: "DocumentSnapshot", offset: int | None, limit: int | None = None,
+             kernel: str | None = None) -> list["Suggestion"]:
+    return await asyncio.to_thread(compute, server, snapshot, offset, limit, kernel)
+
+
+def kernel_analysis(snapshot: "DocumentSnapshot", kernel: str | None) -> "Analysis | None":
+    """The LEIR analysis of a document's program (a ``.leir`` file) or of
+    one of its Python kernels (raised; blocking: TVM parses it); None when it
+    has errors."""
+    if snapshot.language == "leir":
+        doc = snapshot.leir
+        return doc.analysis if doc is not None and doc.ok else None
+    from leir.transforms import TransformError
+    from leir.transforms.tvmscript import load_kernel
+
+    try:
+        return load_kernel(snapshot.text, kernel).ctx.analysis
+    except TransformError:
+        return None
+
+
+def kernel_names(snapshot: "DocumentSnapshot") -> list[tuple[str | None, object]]:
+    """(kernel, span) of each kernel: the one program of a ``.leir``
+    document (kernel None, span of its first loop nest), or each function
+    of a Python file (from its syntax tree; nothing runs)."""
+    import ast
+
+    from leir.ast import Span
+
+    if snapshot.language == "leir":
+        doc = snapshot.leir
+        if doc is None or not doc.program.units:
+            return []
+        first = doc.program.units[0].span
+        return [(None, first if first is not None else Span(0, 0))]
+    out = []
+    for k in snapshot.kernels:
+        if isinstance(k.node, ast.ClassDef):  # an ir_module: each of its functions
+            for node in k.node.body:
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    out.append((node.name, k.span))
+        else:
+            out.append((k.name, k.span))
+    return out
+
+
+def latency_text(ms: float) -> str:
+    if ms >= 100:
+        return f"{ms:.0f} ms"
+    if ms >= 1:
+        return f"{ms:.3g} ms"
+    return f"{ms * 1000:.3g} µs"

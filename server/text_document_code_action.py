@@ -1,0 +1,44 @@
+"""``textDocument/codeAction``: the steps that apply at the cursor, best
+first, as ``refactor.rewrite`` actions without an edit.
+
+Listing builds nothing: it parses and analyses (``leir.suggest``), and reads
+cached latencies; the edit is computed when the user picks an action
+(``codeAction/resolve``), against the version the action was listed for,
+which ``data`` carries: ``{uri, version, kernel, step: {id, args}}``.
+"""
+
+from __future__ import annotations
+
+from lsprotocol import types
+
+from leir_server import suggestions
+
+OPTIONS = types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.RefactorRewrite], resolve_provider=True)
+
+#: Most actions offered at one position (a loop of extent 1024 has dozens of
+#: split factors; the menu shows the best).
+MAX_ACTIONS = 40
+
+
+def _wanted(only: list[str] | None) -> bool:
+    """Whether the client's ``only`` filter admits ``refactor.rewrite``."""
+    if not only:
+        return True
+    kind = types.CodeActionKind.RefactorRewrite.value
+    return any(kind == k or kind.startswith(f"{k}.") for k in only)
+
+
+async def handle(server, params: types.CodeActionParams) -> list[types.CodeAction] | None:
+    snapshot = server.session.snapshot(params.text_document.uri)
+    if snapshot is None or not _wanted(params.context.only if params.context else None):
+        return None
+    offset = snapshot.offset(params.range.start)
+    found = await suggestions.at(server, snapshot, offset, MAX_ACTIONS)
+    return [
+        types.CodeAction(
+            title=s.label,
+            kind=types.CodeActionKind.RefactorRewrite,
+            data={"uri": snapshot.uri, "version": snapshot.version, "kernel": s.kernel, "step": s.step.to_json()},
+        )
+        for s in found
+    ]

@@ -1,0 +1,60 @@
+"""``textDocument/codeLens``: over each kernel, its latency on the current
+target from the measurement cache (or "measure"), "optimize…", and how many
+steps were applied to it through this server.
+
+Every lens carries its command (the contract's names: ``leir.measure``,
+``leir.optimize``, ``leir.showTrajectory``) with ``{uri, kernel}``.
+Latencies are read from the cache only; a Python kernel is raised to LEIR
+in a thread to compute its cache key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from lsprotocol import types
+
+from leir_server import suggestions, trajectory
+from leir_server.workers import workers_of
+
+OPTIONS = types.CodeLensOptions(resolve_provider=False)
+
+
+def _latencies(server, snapshot, kernels) -> dict:
+    lookup = workers_of(server).lookup()
+    out = {}
+    for kernel, _ in kernels:
+        if lookup is None:
+            out[kernel] = None
+            continue
+        analysis = suggestions.kernel_analysis(snapshot, kernel)
+        out[kernel] = lookup.measured(analysis) if analysis is not None else None
+    return out
+
+
+async def handle(server, params: types.CodeLensParams) -> list[types.CodeLens] | None:
+    snapshot = server.session.snapshot(params.text_document.uri)
+    if snapshot is None or snapshot.too_large:
+        return None
+    trajectory.confirm(server, snapshot.uri)
+    kernels = suggestions.kernel_names(snapshot)
+    if not kernels:
+        return []
+    measured = await asyncio.to_thread(_latencies, server, snapshot, kernels)
+    target = server.session.settings.target
+    lenses = []
+    for kernel, span in kernels:
+        start = snapshot.position(span.start)
+        rng = types.Range(start=start, end=start)
+        args = [{"uri": snapshot.uri, "kernel": kernel}]
+        m = measured.get(kernel)
+        if m is not None and m.median_ms:
+            title = f"{suggestions.latency_text(m.median_ms)} on {target} ({m.device})"
+        else:
+            title = "measure"
+        steps = len(server.session.trajectory(snapshot.uri, kernel))
+        for text, command in ((title, "leir.measure"), ("optimize…", "leir.optimize"),
+                              (f"{steps} step{'' if steps == 1 else 's'} applied", "leir.showTrajectory")):
+            lenses.append(types.CodeLens(range=rng, command=types.Command(title=text, command=command,
+                                                                          arguments=args)))
+    return lenses

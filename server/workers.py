@@ -1,0 +1,392 @@
+"""Where the server's slow work runs: never on the protocol loop.
+
+- **Jobs** (apply a step and verify it, convert, raise a Python kernel):
+  a ``pebble.ProcessPool`` of ``POOL_WORKERS`` processes, forked from a
+  ``forkserver`` that has imported TVM once. Each job has a time limit; a
+  job past it, or cancelled, has its worker killed; a worker that crashes
+  (a segfault in TVM) fails its job with the reason and is replaced.
+  ``pebble`` does those three things, which ``concurrent.futures``'
+  ``ProcessPoolExecutor`` does not (it cannot stop a running job, and one
+  crash breaks the whole pool).
+- **Measurements**: the measurement engine (``leir.measure``), which has
+  its own worker processes and the on-disk cache. Created on first use with
+  the settings' target, recreated when the target changes, closed on
+  shutdown and ``leir.restart``.
+- **Optimize searches** (``OptimizeRun``): a process of its own running
+  ``leir.jobs.optimize_child``; it asks this process to measure each batch
+  of candidates through the engine, so cancelling the run cancels its
+  queued and running measurements and kills the search.
+
+Async handlers ``await workers.run(function, ...)``; callers from threads
+use ``workers.engine()`` directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import threading
+from concurrent.futures import CancelledError, Future
+from typing import TYPE_CHECKING, Any, Callable
+
+from pygls.exceptions import JsonRpcException
+
+if TYPE_CHECKING:
+    from leir.measure import MeasurementEngine
+    from leir.suggest import MeasuredLookup
+
+logger = logging.getLogger(__name__)
+
+#: Job processes: two let a convert run while a step is verified; more
+#: would only compete with the measurement engine for the cores.
+POOL_WORKERS = 2
+#: Apply + verify builds two kernels and runs them on three inputs: seconds,
+#: a minute on a loaded machine for a large kernel.
+JOB_TIMEOUT_S = 180.0
+#: Imported once in the forkserver, so that each job process starts with them.
+PRELOAD_EXTRA = ["leir.jobs", "leir.transforms", "leir.transforms.tvmscript", "leir.suggest"]
+
+#: LSP's RequestFailed: the request was valid but could not be done.
+REQUEST_FAILED = -32803
+INVALID_PARAMS = -32602
+
+
+class RequestFailed(JsonRpcException):
+    """An error response with a one-line message (no traceback)."""
+
+    CODE = REQUEST_FAILED
+
+
+class InvalidParams(JsonRpcException):
+    CODE = INVALID_PARAMS
+
+
+def _context():
+    """The forkserver context the measurement engine uses (one forkserver
+    per process), with the job modules preloaded too when this starts it."""
+    from leir.measure.engine import PRELOAD
+
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(list(dict.fromkeys(PRELOAD + PRELOAD_EXTRA)))
+        return ctx
+    return multiprocessing.get_context("spawn")
+
+
+class Workers:
+    """The job pool, the measurement engine and the running optimize searches
+    of one server."""
+
+    def __init__(self, server):
+        self.server = server
+        self._lock = threading.Lock()
+        self._pool = None
+        self._engine: "MeasurementEngine | None" = None
+        self._engine_settings: tuple | None = None
+        self._lookups: dict[str, "MeasuredLookup | None"] = {}
+        self.runs: set["OptimizeRun"] = set()
+        self.closed = False
+
+    # ------------------------------------------------------------ jobs
+
+    def _pool_now(self):
+        import pebble
+
+        with self._lock:
+            if self.closed:
+                raise RequestFailed("the server is shutting down")
+            if self._pool is None:
+                self._pool = pebble.ProcessPool(max_workers=POOL_WORKERS, context=_context())
+            return self._pool
+
+    async def run(self, function: Callable, *args, timeout: float = JOB_TIMEOUT_S, what: str = "the job", **kwargs):
+        """``function(*args, **kwargs)`` in a job process. Raises
+        ``RequestFailed`` when it times out or its process dies; cancelling
+        the awaiting task kills the job."""
+        from pebble import ProcessExpired
+
+        future = self._pool_now().schedule(function, args=args, kwargs=kwargs, timeout=timeout)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        except TimeoutError:
+            raise RequestFailed(f"{what} took longer than {timeout:.0f} s and was stopped") from None
+        except ProcessExpired as e:
+            raise RequestFailed(f"{what} stopped: its worker process died ({e})") from None
+        except CancelledError:
+            raise RequestFailed(f"{what} was cancelled (the workers restarted)") from None
+
+    # ------------------------------------------------------------ measuring
+
+    def _settings_key(self) -> tuple:
+        s = self.server.session.settings
+        return (s.target, s.rpc_tracker, s.rpc_key)
+
+    def engine(self) -> "MeasurementEngine":
+        """The measurement engine for the current target (created, or
+        recreated after a change of target, here). Blocking: call it from a
+        thread (an RPC target asks its tracker for devices)."""
+        from leir.measure import MeasurementEngine
+
+        key = self._settings_key()
+        with self._lock:
+            if self.closed:
+                raise RequestFailed("the server is shutting down")
+            if self._engine is not None and self._engine_settings == key:
+                return self._engine
+            old, self._engine = self._engine, None
+        if old is not None:
+            old.close()
+        engine = MeasurementEngine(self.server.session.settings.measure_target)
+        with self._lock:
+            self._engine, self._engine_settings = engine, key
+        return engine
+
+    def engine_if_started(self) -> "MeasurementEngine | None":
+        with self._lock:
+            if self._engine is not None and self._engine_settings == self._settings_key():
+                return self._engine
+        return None
+
+    def lookup(self) -> "MeasuredLookup | None":
+        """Cached latencies on the current target (read only). Blocking the
+        first time per target (it names the device): call from a thread."""
+        from leir.errors import LeirError
+        from leir.suggest import MeasuredLookup
+
+        engine = self.engine_if_started()
+        if engine is not None:
+            return MeasuredLookup.for_engine(engine)
+        target = self.server.session.settings.target
+        with self._lock:
+            if target in self._lookups:
+                return self._lookups[target]
+        try:
+            found = MeasuredLookup.for_target(target)
+        except LeirError as e:  # an unusable cache: no latencies, said once in the log
+            logger.warning("no cached latencies: %s", e)
+            found = None
+        with self._lock:
+            self._lookups[target] = found
+        return found
+
+    def device(self) -> str | None:
+        engine = self.engine_if_started()
+        if engine is not None:
+            return engine.device
+        found = self._lookups.get(self.server.session.settings.target)
+        return found.device if found is not None else None
+
+    # ------------------------------------------------------------ stopping
+
+    def _stop(self) -> None:
+        for run in list(self.runs):
+            run.cancel()
+        with self._lock:
+            pool, self._pool = self._pool, None
+            engine, self._engine = self._engine, None
+            self._engine_settings = None
+            self._lookups.clear()
+        if pool is not None:
+            pool.stop()
+            pool.join(timeout=10)
+        if engine is not None:
+            engine.close()
+
+    def restart(self) -> None:
+        """Stop every job, search and measurement; new ones start on demand."""
+        self._stop()
+
+    def close(self) -> None:
+        self._stop()
+        with self._lock:
+            self.closed = True
+
+
+def workers_of(server) -> Workers:
+    """The server's ``Workers``, created on first use."""
+    workers = getattr(server, "_leir_workers", None)
+    if workers is None:
+        workers = server._leir_workers = Workers(server)
+    return workers
+
+
+# ------------------------------------------------------------ optimize
+
+
+class OptimizeRun:
+    """One ``leir.optimize`` search in a process of its own (see the module
+    docstring). ``on_message(message)`` is called on the event loop for each
+    ("progress", text) and ("step", step, program) the search sends;
+    ``await run.result()`` gives ("done", result_json) or a ``Failure``."""
+
+    def __init__(self, workers: Workers, text: str, language: str, kernel: str | None, options: dict,
+                 on_message: Callable[[tuple], None]):
+        self.workers = workers
+        self.loop = asyncio.get_running_loop()
+        self.on_message = on_message
+        self._cancelled = threading.Event()
+        self._lock = threading.Lock()
+        self._futures: list[Future] = []
+        self._done: Future = Future()
+        #: Measurements submitted to the engine (for the tests' "none after cancel").
+        self.submitted = 0
+        ctx = _context()
+        self._conn, child = ctx.Pipe()
+        from leir.jobs import optimize_child
+
+        self.process = ctx.Process(target=optimize_child, args=(child, text, language, kernel, options),
+                                   name="leir-optimize", daemon=True)
+        self.process.start()
+        child.close()
+        workers.runs.add(self)
+        self._thread = threading.Thread(target=self._drive, name="leir-optimize-driver", daemon=True)
+        self._thread.start()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def cancel(self) -> None:
+        """Stop the search now: its measurements are cancelled (queued ones
+        never run, a running one has its worker killed) and its process is
+        killed."""
+        with self._lock:
+            self._cancelled.set()
+            futures = list(self._futures)
+        for f in futures:
+            f.cancel()
+        if self.process.is_alive():
+            self.process.kill()
+
+    async def result(self):
+        return await asyncio.wrap_future(self._done)
+
+    def _post(self, message: tuple) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.on_message, message)
+        except RuntimeError:  # the loop is closed: the server is gone
+            pass
+
+    def _finish(self, value) -> None:
+        if not self._done.done():
+            self._done.set_result(value)
+
+    def _drive(self) -> None:
+        from leir.jobs import Failure
+
+        try:
+            while not self.cancelled:
+                if not self._conn.poll(0.1):
+                    if not self.process.is_alive() and not self._conn.poll(0):
+                        code = self.process.exitcode
+                        self._finish(Failure("crashed", f"the optimize process stopped (exit status {code})"))
+                        return
+                    continue
+                try:
+                    message = self._conn.recv()
+                except (EOFError, OSError):
+                    continue
+                kind = message[0]
+                if kind == "measure":
+                    timings = self._measure(message[1])
+                    if timings is None:
+                        break
+                    self._conn.send(("timings", timings))
+                elif kind == "paired":
+                    paired = self._paired(*message[1:])
+                    if paired is None:
+                        break
+                    self._conn.send(("paired", paired))
+                elif kind in ("progress", "step"):
+                    self._post(message)
+                elif kind == "done":
+                    self._finish(message)
+                    return
+                elif kind == "failed":
+                    self._finish(message[1])
+                    return
+            self._finish(Failure("cancelled", "optimize was cancelled"))
+        except Exception as e:  # noqa: BLE001 - reported to the client as the command's failure
+            logger.exception("optimize driver")
+            self._finish(Failure("error", f"optimize failed: {type(e).__name__}: {e}"))
+        finally:
+            if self.process.is_alive():
+                self.process.kill()
+            self.process.join(5)
+            self._conn.close()
+            self.workers.runs.discard(self)
+
+    def _wait(self, futures: list[Future]) -> bool:
+        """Wait for every future; False (and the rest cancelled) on cancel."""
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        pending = set(futures)
+        while pending:
+            if self.cancelled:
+                for f in pending:
+                    f.cancel()
+                return False
+            _, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+        return True
+
+    def _paired(self, before: str, after: str, rounds: int) -> tuple | None:
+        """The engine's paired comparison (``compare``), as the child's
+        ``paired`` reads it; None when cancelled."""
+        engine = self.workers.engine()
+        with self._lock:
+            if self.cancelled:
+                return None
+            future = engine.compare(before, after, rounds=rounds)
+            self._futures = [future]
+            self.submitted += 2
+        if not self._wait([future]):
+            return None
+        if future.cancelled():
+            return (), (), (), (), "cancelled"
+        if future.exception() is not None:
+            return (), (), (), (), str(future.exception())
+        p = future.result()
+        if not p.ok:
+            return (), (), (), (), str(p.error)
+        return (tuple(p.before.results_ms), tuple(p.after.results_ms), tuple(p.before_rounds_ms),
+                tuple(p.after_rounds_ms), None)
+
+    def _measure(self, programs: list[str]) -> list[tuple] | None:
+        """Each program measured by the engine; None when cancelled."""
+        from leir.jobs import timing_json
+
+        engine = self.workers.engine()
+        with self._lock:
+            if self.cancelled:
+                return None
+            self._futures = []
+            for n, text in enumerate(programs):
+                try:
+                    self._futures.append(engine.submit(text, label=f"optimize candidate {self.submitted + 1}"))
+                except Exception as e:  # noqa: BLE001 - a program the engine refuses is one failed timing
+                    failed: Future = Future()
+                    failed.set_exception(e)
+                    self._futures.append(failed)
+                self.submitted += 1
+            futures = list(self._futures)
+        self._post(("measuring", len(futures)))
+        if not self._wait(futures):
+            return None
+        out = []
+        for f in futures:
+            if f.cancelled():
+                out.append((None, "cancelled", False))
+            elif f.exception() is not None:
+                out.append((None, str(f.exception()), False))
+            else:
+                out.append(timing_json(f.result()))
+        return out
+
+
+def notify(server, method: str, params: Any) -> None:
+    """Send a notification from the event loop."""
+    server.protocol.notify(method, params)
