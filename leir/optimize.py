@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from leir import ast as A
-from leir import affine
 from leir.errors import LeirError
+from leir.explain import access_strides  # noqa: F401  (the ranking's strides; also imported from here)
 from leir.semantics import Analysis, EquationInfo, analyze
 
 STRATEGIES = ("greedy", "beam", "mcts")
@@ -269,41 +269,6 @@ class Ranked:
     facts: tuple[str, ...]
 
 
-def _row_strides(shape: Sequence[int]) -> list[int]:
-    strides, acc = [], 1
-    for n in reversed(shape):
-        strides.append(acc)
-        acc *= n
-    return strides[::-1]
-
-
-def access_strides(analysis: Analysis, info: EquationInfo, var: str) -> dict[str, int | None]:
-    """Element stride of each tensor access of an equation as ``var``
-    advances by one (None where an index is not affine)."""
-    eq = info.equation
-    accesses = [eq.lhs] + [n for n in A.walk(eq.rhs) if isinstance(n, A.Access)]
-    out: dict[str, int | None] = {}
-    for a in accesses:
-        t = analysis.tensors.get(a.tensor)
-        if t is None or not a.indices:
-            continue
-        shape = getattr(t, "shape", None)
-        if not shape or len(shape) != len(a.indices):
-            continue
-        stride: int | None = 0
-        for index, row in zip(a.indices, _row_strides(shape)):
-            form = affine.linearize(index)
-            if form is None:
-                stride = None
-                break
-            stride += form.coeff(var) * row
-        name = a.tensor
-        if name in out and out[name] != stride:
-            name = f"{a.tensor}#{len(out)}"
-        out[name] = stride
-    return out
-
-
 def _strides_text(strides: dict[str, int | None]) -> str:
     return ", ".join(f"{n.split('#')[0]} {'?' if s is None else s}" for n, s in strides.items())
 
@@ -520,19 +485,23 @@ def _children(state: State, picks: list[Ranked]) -> list[tuple[State, Ranked]]:
     return out
 
 
-def _reasoning(r: Ranked, before: float, after: float, verify_note: str) -> str:
-    head = r.step.id
-    loop = r.step.args.get("loop") or ",".join(r.step.args.get("loops", []) or [])
-    if loop:
-        head += f" {loop}"
-    facts = "; ".join(r.facts) if r.facts else r.title
-    text = f"{head}: {facts}; measured {before:.3g} ms -> {after:.3g} ms ({before / after:.2f}x)"
+def _reasoning(r: Ranked, before: float, after: float, verify_note: str, state: State | None = None,
+               target: str = "llvm") -> str:
+    """Why the step helped (or not): ``leir.explain.step_reasoning`` on the
+    programs before and after it, closing with the measured effect."""
+    if state is not None and state.parent is not None:
+        from leir.explain import step_reasoning
+
+        text = step_reasoning(state.parent.analysis, state.analysis, r.step, measured=(before, after),
+                              target=target).text
+    else:
+        text = f"{r.title}; measured {before:.3g} ms -> {after:.3g} ms ({before / after:.2f}x)"
     if verify_note:
-        text += "; verified against the previous program"
+        text += " Verified numerically against the program before the step."
     return text
 
 
-def _trajectory(final: State) -> list[TrajectoryStep]:
+def _trajectory(final: State, target: str = "llvm") -> list[TrajectoryStep]:
     chain = []
     s = final
     while s.parent is not None:
@@ -542,7 +511,7 @@ def _trajectory(final: State) -> list[TrajectoryStep]:
     for s in reversed(chain):
         step, r = s.trace[-1]
         out.append(TrajectoryStep(step.id, step.args, s.parent.ms, s.ms, s.parent.ms / s.ms,
-                                  _reasoning(r, s.parent.ms, s.ms, s.verify_note)))
+                                  _reasoning(r, s.parent.ms, s.ms, s.verify_note, s, target)))
     return out
 
 
@@ -578,7 +547,7 @@ def optimize(analysis: Analysis, steps: int = 4, budget: int | None = None, stra
     finally:
         if owned and hasattr(measurer, "close"):
             measurer.close()
-    return Result(start.ms, _trajectory(best), best.program, strategy, target, meter.used, budget,
+    return Result(start.ms, _trajectory(best, target), best.program, strategy, target, meter.used, budget,
                   meter.cache_hits, reason, type(measurer).__name__)
 
 
