@@ -13,16 +13,28 @@ program equals the first by a chain of verified steps, and its trace replays
 Strategies:
 
 - ``greedy``: each round keeps the fastest verified candidate if it is at
-  least ``MIN_GAIN`` faster than the current program, else stops;
+  least ``MIN_GAIN`` faster than the current program and the gain holds
+  under paired re-timing (below), else tries the next candidates;
 - ``beam``: keeps the ``beam_width`` fastest verified programs of each round,
   improving or not (a split that only pays off after a vectorize survives);
 - ``mcts``: a small UCT search (Step-TP's reward: start time / new time) over
   the same ranked candidates, ``iterations`` rounds of select, expand (measure
   a few children of the selected node), back-propagate.
 
+**Confirmation.** The fastest-looking of several noisy timings is also the
+luckiest (the winner's curse), so a step is kept only after a paired
+re-timing: the current program and the candidate are timed turn about,
+``CONFIRM_ROUNDS`` rounds, in one worker, from fresh builds (no cache), and
+the step stands only if the candidate's fastest run and its median are both
+at least ``MIN_GAIN`` better and it was faster in every round (``confirms``).
+The step's latencies before and after are the medians of that comparison.
+``beam`` and ``mcts`` confirm their final program against the start the
+same way (their intermediate steps may be slower on purpose).
+
 **The budget** counts distinct programs whose latency the search asks for,
 the starting program included; asking twice for one program (reached by two
-paths) costs once. A measurement answered from the measurement engine's
+paths) costs once. A paired confirmation costs ``CONFIRM_COST`` (2): it
+builds and times both programs again. A measurement answered from the measurement engine's
 on-disk cache is counted too, so the search takes the same path whether or
 not the cache is warm; the summary says how many were cache hits (free in
 time, not in budget). Programs that fail to apply are never measured and cost
@@ -65,6 +77,13 @@ SEARCHED = (
 MIN_GAIN = 0.03
 #: Measured candidates per round when the budget allows more (greedy, beam).
 MAX_PER_ROUND = 8
+#: Rounds of a paired confirmation (each times the current program, then the candidate).
+CONFIRM_ROUNDS = 3
+#: What a confirmation costs in the budget: two programs built and timed again.
+CONFIRM_COST = 2
+#: Confirmations tried per greedy round before it moves down the ranking: a
+#: second lucky-looking candidate of one round is most often lucky too.
+MAX_CONFIRMATIONS_PER_ROUND = 2
 #: Children measured per MCTS expansion at most.
 MAX_PER_EXPANSION = 4
 #: UCT's exploration constant (sqrt(2): the textbook value for rewards in [0, 1]-ish ranges).
@@ -93,7 +112,65 @@ class Timing:
 
 
 #: Times each program of a batch (a batch lets an engine use its workers).
+#: A measurer may also have ``paired(before, after, rounds) -> Paired``, a
+#: comparison timed turn about without any cache (``measure_pair``).
 Measurer = Callable[[Sequence[Analysis]], list[Timing]]
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Two programs timed turn about: every run of each (ms), and the median
+    of each round."""
+
+    before_runs: tuple[float, ...]
+    after_runs: tuple[float, ...]
+    before_rounds: tuple[float, ...]
+    after_rounds: tuple[float, ...]
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.before_runs) and bool(self.after_runs)
+
+    @property
+    def rounds(self) -> int:
+        return len(self.before_rounds)
+
+    @property
+    def before_ms(self) -> float:
+        return statistics.median(self.before_runs)
+
+    @property
+    def after_ms(self) -> float:
+        return statistics.median(self.after_runs)
+
+    def confirms(self, min_gain: float = MIN_GAIN) -> bool:
+        """The second program is faster beyond the noise: its fastest run and
+        its median both at least ``min_gain`` better than the first's, and
+        faster in every round."""
+        if not self.ok:
+            return False
+        keep = 1 - min_gain
+        return (min(self.after_runs) < min(self.before_runs) * keep and self.after_ms < self.before_ms * keep
+                and all(a < b for b, a in zip(self.before_rounds, self.after_rounds)))
+
+
+def measure_pair(measurer: Measurer, before: Analysis, after: Analysis, rounds: int = CONFIRM_ROUNDS) -> Paired:
+    """Time ``before`` and ``after`` turn about: the measurer's own
+    ``paired`` when it has one (the engine's compare: one worker, fresh
+    builds), else ``rounds`` rounds of one call per program (a measurer
+    without ``paired`` is taken to have no cache)."""
+    if hasattr(measurer, "paired"):
+        return measurer.paired(before, after, rounds)
+    b_runs, a_runs = [], []
+    for _ in range(rounds):
+        [tb] = measurer([before])
+        [ta] = measurer([after])
+        if not (tb.ok and ta.ok):
+            return Paired((), (), (), (), tb.error or ta.error)
+        b_runs.append(tb.ms)
+        a_runs.append(ta.ms)
+    return Paired(tuple(b_runs), tuple(a_runs), tuple(b_runs), tuple(a_runs))
 
 
 class FallbackMeasurer:
@@ -133,6 +210,39 @@ class FallbackMeasurer:
         except Exception as e:  # TVM reports runtime faults as assorted types
             return Timing(None, f"{type(e).__name__}: {e}".splitlines()[0])
 
+    def paired(self, before: Analysis, after: Analysis, rounds: int = CONFIRM_ROUNDS) -> Paired:
+        """Both programs built once, then timed turn about, ``rounds`` rounds
+        of ``repeat`` runs each."""
+        try:
+            timers = [self._timer(a) for a in (before, after)]
+            runs: list[list[list[float]]] = [[], []]
+            for _ in range(rounds):
+                for k, timer in enumerate(timers):
+                    runs[k].append([s * 1e3 for s in timer()])
+        except LeirError as e:
+            return Paired((), (), (), (), str(e))
+        except Exception as e:  # noqa: BLE001 - TVM reports runtime faults as assorted types
+            return Paired((), (), (), (), f"{type(e).__name__}: {e}".splitlines()[0])
+        flat = [tuple(x for r in side for x in r) for side in runs]
+        medians = [tuple(statistics.median(r) for r in side) for side in runs]
+        return Paired(flat[0], flat[1], medians[0], medians[1])
+
+    def _timer(self, analysis: Analysis) -> Callable[[], list[float]]:
+        import tvm
+
+        from leir.inputs import random_inputs, zeros
+        from leir.run import compile_program
+
+        compiled = compile_program(analysis, self.target)
+        inputs = random_inputs(analysis, 0)
+        dev = compiled.device
+        args = [tvm.runtime.tensor(inputs[t.name], dev) for t in analysis.inputs()]
+        args += [tvm.runtime.tensor(zeros(t), dev) for t in analysis.outputs()]
+        compiled.module["main"](*args)  # warm-up
+        timer = compiled.module.time_evaluator("main", dev, number=1, repeat=self.repeat,
+                                               min_repeat_ms=self.min_repeat_ms)
+        return lambda: list(timer(*args).results)
+
 
 class EngineMeasurer:
     """The measurement engine (``leir.measure.MeasurementEngine``) as a
@@ -153,6 +263,15 @@ class EngineMeasurer:
             else:
                 out.append(Timing(float(m.median_ms), None, bool(m.cached)))
         return out
+
+    def paired(self, before: Analysis, after: Analysis, rounds: int = CONFIRM_ROUNDS) -> Paired:
+        """The engine's ``compare``: one worker builds both, checks both
+        against the NumPy evaluation, times them turn about; no cache."""
+        p = self.engine.compare(before, after, rounds=rounds).result()
+        if not p.ok:
+            return Paired((), (), (), (), str(p.error))
+        return Paired(tuple(p.before.results_ms), tuple(p.after.results_ms), tuple(p.before_rounds_ms),
+                      tuple(p.after_rounds_ms))
 
     def close(self) -> None:
         self.engine.close()
@@ -193,6 +312,8 @@ class State:
     parent: "State | None" = None
     verified: bool | None = None
     verify_note: str = ""
+    #: The paired re-timing against ``parent`` that confirmed this step.
+    paired: Paired | None = None
 
     @property
     def program(self) -> A.Program:
@@ -212,10 +333,13 @@ class Budget:
         self.timings: dict[str, Timing] = {}
         self.cache_hits = 0
         self.progress = progress
+        #: Paired confirmations run, and how many did not confirm the gain.
+        self.confirmations = 0
+        self.unconfirmed = 0
 
     @property
     def used(self) -> int:
-        return len(self.timings)
+        return len(self.timings) + CONFIRM_COST * self.confirmations
 
     @property
     def left(self) -> int:
@@ -242,6 +366,24 @@ class Budget:
                 s.ms, s.error = None, "budget spent"
             else:
                 s.ms, s.error = t.ms, t.error
+
+
+    def confirm(self, before: State, after: State, rounds: int = CONFIRM_ROUNDS) -> Paired | None:
+        """Time ``before`` and ``after`` turn about (``measure_pair``) and
+        record it on ``after``; None, and nothing spent, when fewer than
+        ``CONFIRM_COST`` measurements are left."""
+        if self.left < CONFIRM_COST:
+            return None
+        self.confirmations += 1
+        paired = measure_pair(self.measurer, before.analysis, after.analysis, rounds)
+        after.paired = paired
+        confirmed = paired.confirms()
+        self.unconfirmed += not confirmed
+        if self.progress:
+            what = (f"{paired.before_ms:.4g} ms -> {paired.after_ms:.4g} ms" if paired.ok else paired.error)
+            self.progress(f"paired re-timing, {rounds} rounds: {what}: "
+                          f"{'confirmed' if confirmed else 'not confirmed'} ({self.used}/{self.limit} of the budget)")
+        return paired
 
 
 def _verify(state: State) -> bool:
@@ -448,6 +590,10 @@ class Result:
     cache_hits: int
     stop_reason: str
     measurer: str = ""
+    #: Paired confirmations run (each counted ``CONFIRM_COST`` in ``measurements``)
+    #: and how many of them did not confirm a gain.
+    confirmations: int = 0
+    unconfirmed: int = 0
 
     @property
     def final_ms(self) -> float:
@@ -466,7 +612,8 @@ class Result:
                 "final": print_program(self.final), "final_ms": round(self.final_ms, 4),
                 "speedup": round(self.start_ms / self.final_ms, 3), "strategy": self.strategy,
                 "target": self.target, "measurements": self.measurements, "budget": self.budget,
-                "cache_hits": self.cache_hits, "stop_reason": self.stop_reason, "measurer": self.measurer}
+                "cache_hits": self.cache_hits, "confirmations": self.confirmations, "unconfirmed": self.unconfirmed,
+                "stop_reason": self.stop_reason, "measurer": self.measurer}
 
 
 def _children(state: State, picks: list[Ranked]) -> list[tuple[State, Ranked]]:
@@ -510,8 +657,15 @@ def _trajectory(final: State, target: str = "llvm") -> list[TrajectoryStep]:
     out = []
     for s in reversed(chain):
         step, r = s.trace[-1]
-        out.append(TrajectoryStep(step.id, step.args, s.parent.ms, s.ms, s.parent.ms / s.ms,
-                                  _reasoning(r, s.parent.ms, s.ms, s.verify_note, s, target)))
+        # A confirmed step's figures are its paired re-timing (both sides timed
+        # turn about, at one moment); beam's and mcts's intermediate steps
+        # only have their screening measurements.
+        before, after = (s.paired.before_ms, s.paired.after_ms) if s.paired is not None else (s.parent.ms, s.ms)
+        reasoning = _reasoning(r, before, after, s.verify_note, s, target)
+        if s.paired is not None:
+            reasoning += (f"; confirmed by {s.paired.rounds} paired rounds (fastest run "
+                          f"{min(s.paired.before_runs):.3g} ms -> {min(s.paired.after_runs):.3g} ms)")
+        out.append(TrajectoryStep(step.id, step.args, before, after, before / after, reasoning))
     return out
 
 
@@ -519,7 +673,8 @@ def optimize(analysis: Analysis, steps: int = 4, budget: int | None = None, stra
              target: str = "llvm", measurer: Measurer | None = None, seed: int = 0, beam_width: int = 3,
              iterations: int = 10, progress: Callable[[str], None] | None = None) -> Result:
     """Search for at most ``steps`` verified steps using at most ``budget``
-    measurements (default 6 per step, the start included)."""
+    measurements (default 6 per step, the start included; a paired
+    confirmation counts ``CONFIRM_COST``)."""
     if strategy not in STRATEGIES:
         raise OptimizeError(f"unknown strategy {strategy!r}: expected one of {', '.join(STRATEGIES)}")
     if target not in TARGETS:
@@ -527,8 +682,9 @@ def optimize(analysis: Analysis, steps: int = 4, budget: int | None = None, stra
     if steps < 1:
         raise OptimizeError(f"--steps must be at least 1, got {steps}")
     budget = 6 * steps + 1 if budget is None else budget
-    if budget < 2:
-        raise OptimizeError(f"--budget must be at least 2 (the start and one candidate), got {budget}")
+    if budget < 2 + CONFIRM_COST:
+        raise OptimizeError(f"--budget must be at least {2 + CONFIRM_COST} (the start, one candidate and its paired "
+                            f"confirmation), got {budget}")
     if beam_width < 1 or iterations < 1:
         raise OptimizeError("beam width and iterations must be at least 1")
     if not analysis.ok:
@@ -542,41 +698,85 @@ def optimize(analysis: Analysis, steps: int = 4, budget: int | None = None, stra
         if start.ms is None:
             raise OptimizeError(f"cannot time the starting program: {start.error}")
         rng = random.Random(seed)
-        search = {"greedy": _greedy, "beam": _beam, "mcts": _mcts}[strategy]
-        best, reason = search(start, steps, meter, rng, target, beam_width=beam_width, iterations=iterations)
+        if strategy == "greedy":
+            best, reason = _greedy(start, steps, meter, rng, target)
+        else:
+            search = {"beam": _beam, "mcts": _mcts}[strategy]
+            meter.limit -= CONFIRM_COST  # kept for the final confirmation
+            best, reason = search(start, steps, meter, rng, target, beam_width=beam_width, iterations=iterations)
+            meter.limit += CONFIRM_COST
+            best, reason = _confirm_final(start, best, meter, reason)
     finally:
         if owned and hasattr(measurer, "close"):
             measurer.close()
     return Result(start.ms, _trajectory(best, target), best.program, strategy, target, meter.used, budget,
-                  meter.cache_hits, reason, type(measurer).__name__)
+                  meter.cache_hits, reason, type(measurer).__name__, meter.confirmations, meter.unconfirmed)
 
 
-def _per_round(meter: Budget, rounds_left: int) -> int:
-    return max(1, min(MAX_PER_ROUND, meter.left // max(1, rounds_left)))
+def _per_round(meter: Budget, rounds_left: int, reserve: int = 0) -> int:
+    """Candidates to measure this round, leaving ``reserve`` per round left."""
+    return max(1, min(MAX_PER_ROUND, (meter.left - reserve * rounds_left) // max(1, rounds_left)))
 
 
 def _greedy(start: State, steps: int, meter: Budget, rng: random.Random, target: str, **_) -> tuple[State, str]:
     """Each round measures the next best-ranked untried steps of the current
-    program and keeps the fastest verified one that improves on it; a round
-    where none does tries the next ones down the ranking (the round is not
-    a step) until the budget or the candidates run out."""
+    program; the fastest verified one that looks ``MIN_GAIN`` faster is
+    re-timed against the current program turn about (``Budget.confirm``) and
+    kept only if the gain holds. A round that keeps nothing (the round is not
+    a step) tries the next ones down the ranking, until the budget or the
+    candidates run out."""
     current, taken = start, 0
     tried: set[str] = set()
     while taken < steps:
-        if meter.left <= 0:
-            return current, "budget spent" if taken else "budget spent; no measured candidate improved"
-        picks = pick(rank(current.analysis, target), _per_round(meter, steps - taken), rng, tried)
+        nothing = ("no measured candidate improved" if not meter.unconfirmed
+                   else "no measured candidate's gain held under paired re-timing")
+        if meter.left < 1 + CONFIRM_COST:  # one candidate and its confirmation
+            return current, "budget spent" if taken else f"budget spent; {nothing}"
+        picks = pick(rank(current.analysis, target), _per_round(meter, steps - taken, CONFIRM_COST), rng, tried)
         if not picks:
-            return current, "no measured candidate improved" if tried else "no candidate applies"
+            return current, nothing if tried else "no candidate applies"
         tried.update(r.step.key for r in picks)
         children = [c for c, _ in _children(current, picks)]
         meter.measure(children)
         improving = sorted((c for c in children if c.ms is not None and c.ms < current.ms * (1 - MIN_GAIN)),
                            key=lambda c: c.ms)
-        kept = next((c for c in improving if _verify(c)), None)
+        kept, confirmations = None, 0
+        for c in improving:
+            if confirmations == MAX_CONFIRMATIONS_PER_ROUND:
+                # Not re-timed this round: offered again next round, where its
+                # screening figure is remembered (it costs nothing again).
+                tried.discard(c.trace[-1][0].key)
+                continue
+            if not _verify(c):
+                continue
+            paired = meter.confirm(current, c)
+            if paired is None:
+                return current, "budget spent before a candidate's gain could be confirmed"
+            confirmations += 1
+            if paired.confirms():
+                kept = c
+                break
         if kept is not None:
+            # From now on the current program's latency is the one the
+            # comparison measured for it, not its screening figure.
+            kept.ms = kept.paired.after_ms
             current, taken, tried = kept, taken + 1, set()
     return current, f"{steps} steps taken"
+
+
+def _confirm_final(start: State, best: State, meter: Budget, reason: str) -> tuple[State, str]:
+    """Beam and MCTS keep slower intermediate programs on purpose; what they
+    return must still be faster than the start under paired re-timing."""
+    if best is start:
+        return start, reason
+    paired = measure_pair(meter.measurer, start.analysis, best.analysis) if meter.left >= CONFIRM_COST else None
+    if paired is None:
+        return start, "budget spent before the best program's gain could be confirmed"
+    meter.confirmations += 1
+    if not paired.confirms():
+        meter.unconfirmed += 1
+        return start, "the best program's gain did not hold under paired re-timing"
+    return best, reason
 
 
 def _beam(start: State, steps: int, meter: Budget, rng: random.Random, target: str, beam_width: int = 3,
@@ -672,6 +872,7 @@ def format_result(result: Result) -> str:
                      f"{s.latency_after_ms:.4g} ms ({s.speedup:.2f}x)")
         lines.append(f"   {s.reasoning}")
     lines.append(f"final: {result.final_ms:.4g} ms, {result.start_ms / result.final_ms:.2f}x in {len(result.steps)} "
-                 f"steps; {result.measurements}/{result.budget} measurements ({result.cache_hits} from cache); "
+                 f"steps; {result.measurements}/{result.budget} measurements ({result.cache_hits} from cache; "
+                 f"{result.confirmations} paired confirmations, {result.unconfirmed} not confirmed); "
                  f"stopped: {result.stop_reason}")
     return "\n".join(lines)

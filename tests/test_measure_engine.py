@@ -99,6 +99,39 @@ def test_a_program_with_errors_is_refused_at_submit(engine):
         engine.submit("L^{4}_{i} [ Y_{i} = X_{j}; ];")
 
 
+# ------------------------------------------------------------ paired comparison
+
+
+def reordered(m: int, n: int = 12, k: int = 8) -> str:
+    return f"L^{{{m}}}_{{i}} L^{{{k}}}_{{k}} L^{{{n}}}_{{j}} [ C_{{i,j}} += X_{{i,k}}*W_{{k,j}}; ];"
+
+
+def test_compare_times_both_programs_turn_about_from_fresh_builds(engine):
+    cached = engine.measure(matmul(30))
+    p = engine.compare(matmul(30), reordered(30), rounds=2, label="reorder").result(timeout=120)
+    assert p.ok, p.error
+    assert p.rounds == 2 and len(p.before_rounds_ms) == len(p.after_rounds_ms) == 2
+    for side in (p.before, p.after):
+        assert side.verified and not side.cached and side.runs == 2 * 3 and side.label == "reorder"
+        assert side.min_ms <= side.median_ms <= side.max_ms
+        assert min(side.results_ms) == side.min_ms
+    assert p.before.key == cached.key and p.before.measured_at > cached.measured_at  # timed again, not looked up
+    assert not engine.measure(reordered(30)).cached  # a comparison is not stored
+
+
+def test_compare_of_a_wrong_or_crashing_kernel_is_a_failure(engine):
+    wrong = engine._submit_with_fault(matmul(31), "wrong", paired=(reordered(31), 2)).result(timeout=60)
+    assert not wrong.ok and wrong.error.startswith("wrong result: C differs from the reference")
+    crash = engine._submit_with_fault(matmul(32), "crash", paired=(reordered(32), 2)).result(timeout=60)
+    assert crash.error == "crashed (signal 11, SIGSEGV) while timing"
+    assert_runs_next_job(engine, 111)
+
+
+def test_compare_needs_a_round(engine):
+    with pytest.raises(LeirError, match="at least one round"):
+        engine.compare(matmul(8), reordered(8), rounds=0)
+
+
 # ------------------------------------------------------------ isolation
 
 

@@ -135,3 +135,13 @@ def test_measures_through_the_tracker_on_both_servers(tracker, tmp_path):
     assert len(servers) == 2, servers  # the tracker hands out its free servers in turn
     with MeasurementEngine(rpc, cache=tmp_path, repeat=3) as engine:
         assert engine.measure(programs[0]).cached
+
+
+def test_compares_two_programs_on_one_server(tracker, tmp_path):
+    with MeasurementEngine(RPC(LOOPBACK, tracker, KEY), cache=tmp_path, repeat=2, min_run_ms=1.0,
+                           timeout_s=60) as engine:
+        p = engine.compare(MATMUL, MATMUL.replace("{24}", "{20}"), rounds=2).result(timeout=120)
+    assert p.ok, p.error
+    assert p.before.runs == p.after.runs == 4 and p.before.target == "rpc-llvm"
+    [before_server] = [n for n in p.before.notes if n.startswith("timed on the RPC server at")]
+    assert before_server in p.after.notes  # both sides on the same device

@@ -18,9 +18,12 @@ import pytest
 
 from leir import transforms
 from leir.optimize import (
+    CONFIRM_COST,
+    CONFIRM_ROUNDS,
     Budget,
     FallbackMeasurer,
     OptimizeError,
+    Paired,
     Timing,
     access_strides,
     optimize,
@@ -130,9 +133,41 @@ def test_budget_memoises_by_program_and_stops_at_the_limit():
 
 
 def test_bad_arguments_raise_optimize_error():
-    for kwargs in ({"steps": 0}, {"budget": 1}, {"strategy": "anneal"}, {"target": "tpu"}, {"beam_width": 0}):
+    for kwargs in ({"steps": 0}, {"budget": 3}, {"strategy": "anneal"}, {"target": "tpu"}, {"beam_width": 0}):
         with pytest.raises(OptimizeError):
             optimize(matmul(), measurer=FakeMeasurer(), **kwargs)
+
+
+# ------------------------------------------------------------ paired confirmation (fast)
+
+
+def paired(before_rounds, after_rounds):
+    """One run per round: the runs are the rounds."""
+    return Paired(tuple(before_rounds), tuple(after_rounds), tuple(before_rounds), tuple(after_rounds))
+
+
+def test_a_gain_in_every_round_beyond_three_percent_confirms():
+    assert paired([10.0, 10.2, 9.9], [8.0, 8.1, 7.9]).confirms()
+
+
+@pytest.mark.parametrize("before, after, why", [
+    ([10.0, 10.0, 10.0], [9.8, 9.8, 9.8], "2% is within the noise"),
+    ([10.0, 10.0, 10.0], [8.0, 8.0, 10.5], "slower in one round"),
+    ([10.0, 10.0, 10.0], [10.0, 10.0, 10.0], "no gain"),
+    ([9.0, 30.0, 30.0], [8.9, 20.0, 20.0], "the fastest runs agree: the gain is the load's"),
+])
+def test_no_confirmation_without_a_gain_beyond_the_spread(before, after, why):
+    assert not paired(before, after).confirms(), why
+
+
+def test_a_failed_side_never_confirms():
+    assert not Paired((), (1.0,), (), (1.0,), "crashed").confirms()
+
+
+def test_median_of_every_run_not_of_the_round_medians():
+    # Two rounds of three runs: the medians of all runs decide (10 vs 8).
+    p = Paired((10.0, 10.0, 12.0, 10.0, 10.0, 12.0), (8.0, 8.0, 9.0, 8.0, 8.0, 9.0), (10.0, 10.0), (8.0, 8.0))
+    assert (p.before_ms, p.after_ms, p.rounds) == (10.0, 8.0, 2) and p.confirms()
 
 
 # ------------------------------------------------------------ searches (verify builds kernels)
@@ -154,8 +189,13 @@ def _check_chain(start, result):
 def test_strategy_respects_budget_and_keeps_verified_steps(strategy):
     fake = FakeMeasurer()
     start = matmul()
-    result = optimize(start, steps=2, budget=7, strategy=strategy, measurer=fake, iterations=3)
-    assert len(fake.calls) == len(set(fake.calls)) == result.measurements <= 7
+    result = optimize(start, steps=2, budget=9, strategy=strategy, measurer=fake, iterations=3)
+    # Each distinct program is screened once; a paired confirmation times two
+    # programs already screened, CONFIRM_ROUNDS times each, and costs CONFIRM_COST.
+    screened = result.measurements - CONFIRM_COST * result.confirmations
+    assert result.measurements <= 9 and result.confirmations >= 1
+    assert len(set(fake.calls)) == screened
+    assert len(fake.calls) == screened + 2 * CONFIRM_ROUNDS * result.confirmations
     assert 1 <= len(result.steps) <= 2
     assert result.final_ms < result.start_ms
     _check_chain(start, result)
@@ -198,6 +238,82 @@ def test_failed_measurements_are_never_kept():
     assert all(s.id != "parallelize" for s in result.steps)
 
 
+class LuckyFirst(FakeMeasurer):
+    """The winner's curse, on purpose: the first timing of a candidate comes
+    out at ``lucky_ms``, faster than anything (a lucky moment); later timings
+    of it, every timing of the starting program, and every timing of a
+    program without luck (``lucky`` of its text false, or past ``lucky_count``
+    lucky programs) are the true latency (``FakeMeasurer``'s)."""
+
+    def __init__(self, lucky_ms: float = 3.0, lucky=lambda text: True, lucky_count: int | None = None):
+        super().__init__()
+        self.lucky_ms, self.lucky, self.lucky_count = lucky_ms, lucky, lucky_count
+        self.true = FakeMeasurer()
+        self.lucky_programs: list[str] = []
+
+    def __call__(self, analyses):
+        out = []
+        for a in analyses:
+            text = program_key(a.program)
+            first = text not in self.calls and bool(self.calls)  # the start's first timing is true
+            self.calls.append(text)
+            [t] = self.true([a])
+            if first and self.lucky(text) and (self.lucky_count is None or len(self.lucky_programs) < self.lucky_count):
+                self.lucky_programs.append(text)
+                out.append(Timing(self.lucky_ms))
+            else:
+                out.append(Timing(t.ms))
+        return out
+
+
+@pytest.mark.slow
+def test_a_lucky_first_timing_without_a_real_gain_is_not_kept():
+    class NoGain(LuckyFirst):
+        """Nothing is truly faster than the start (the true latency is flat)."""
+
+        def __init__(self):
+            super().__init__()
+            self.true = lambda analyses: [Timing(10.0) for _ in analyses]
+
+    fake = NoGain()
+    result = optimize(matmul(), steps=2, budget=16, measurer=fake)
+    assert result.steps == []
+    assert result.unconfirmed == result.confirmations >= 1
+    assert "paired re-timing" in result.stop_reason or "confirmed" in result.stop_reason
+    assert print_program(result.final) == print_program(matmul().program)
+
+
+@pytest.mark.slow
+def test_a_real_gain_is_kept_even_when_a_luckier_candidate_is_re_timed_first():
+    # One serial candidate looks 3x faster once; parallelize is truly 2x faster.
+    fake = LuckyFirst(lucky=lambda text: "P^" not in text, lucky_count=1)
+    result = optimize(matmul(), steps=1, budget=30, measurer=fake)
+    assert len(fake.lucky_programs) == 1 and result.confirmations == 2 and result.unconfirmed == 1
+    assert [s.id for s in result.steps] == ["parallelize"], result.stop_reason
+    # The step's figures are the paired re-timing's (true latencies), not the
+    # lucky screening figure.
+    [step] = result.steps
+    true_start = fake.true([matmul()])[0].ms
+    true_final = fake.true([analyze(result.final)])[0].ms
+    assert step.latency_before_ms == pytest.approx(true_start)
+    assert step.latency_after_ms == pytest.approx(true_final)
+    assert step.latency_after_ms != fake.lucky_ms
+    assert "confirmed by 3 paired rounds" in step.reasoning
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["beam", "mcts"])
+def test_beam_and_mcts_return_the_start_when_the_best_gain_was_luck(strategy):
+    class NoGain(LuckyFirst):
+        def __init__(self):
+            super().__init__()
+            self.true = lambda analyses: [Timing(10.0) for _ in analyses]
+
+    result = optimize(matmul(), steps=2, budget=14, strategy=strategy, measurer=NoGain(), iterations=3)
+    assert result.steps == [] and result.unconfirmed == 1
+    assert "paired re-timing" in result.stop_reason
+
+
 # ------------------------------------------------------------ end to end (real timings)
 
 
@@ -205,6 +321,14 @@ def test_failed_measurements_are_never_kept():
 def test_fallback_measurer_times_a_program():
     [t] = FallbackMeasurer(repeat=3, min_repeat_ms=1)([matmul()])
     assert t.ok and 0 < t.ms < 1000
+
+
+@pytest.mark.slow
+def test_fallback_measurer_times_two_programs_turn_about():
+    after = analyze(transforms.apply(matmul(), transforms.Step("reorder", {"block": "C", "loops": ["j", "k"]})))
+    p = FallbackMeasurer(repeat=3, min_repeat_ms=1).paired(matmul(), after, rounds=2)
+    assert p.ok and p.rounds == 2
+    assert len(p.before_runs) == len(p.after_runs) == 6 and all(x > 0 for x in p.before_runs + p.after_runs)
 
 
 @pytest.mark.slow
@@ -244,7 +368,7 @@ def test_cli_mcts_runs_with_the_fallback_measurer(tmp_path):
 
 @pytest.mark.parametrize("args, fragment", [
     (["--steps", "0"], "--steps must be at least 1"),
-    (["--steps", "2", "--budget", "1"], "--budget must be at least 2"),
+    (["--steps", "2", "--budget", "3"], "--budget must be at least 4"),
     (["--steps", "2", "--strategy", "anneal"], "invalid choice"),
     (["--steps", "x"], "invalid int value"),
     ([], "--steps"),

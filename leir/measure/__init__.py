@@ -17,12 +17,12 @@ from leir.measure.cache import CacheError, MeasurementCache, cache_directory
 from leir.measure.device import DevicePeaks, ProgramCost, program_cost
 from leir.measure.engine import EngineBusy, EngineClosed, MeasurementEngine, MeasurementFuture, Progress
 from leir.measure.key import measurement_key, structural_text
-from leir.measure.measurement import Measurement, VendorResult
+from leir.measure.measurement import Measurement, PairedMeasurement, VendorResult
 from leir.measure.rpc import RPC, RPCError
 from leir.measure.vendor import vendor_latency
 
 __all__ = [
     "RPC", "CacheError", "DevicePeaks", "EngineBusy", "EngineClosed", "Measurement", "MeasurementCache",
-    "MeasurementEngine", "MeasurementFuture", "ProgramCost", "Progress", "RPCError", "VendorResult",
+    "MeasurementEngine", "MeasurementFuture", "PairedMeasurement", "ProgramCost", "Progress", "RPCError", "VendorResult",
     "cache_directory", "measurement_key", "program_cost", "structural_text", "vendor_latency",
 ]

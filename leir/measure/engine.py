@@ -5,6 +5,7 @@ processes that build and time them, and a cache in front.
     future = engine.submit(analysis, label="matmul")    # a Future[Measurement]
     m = future.result()                                 # m.median_ms, m.verified, m.error...
     engine.measure_many(programs, progress=print)       # several, with progress
+    engine.compare(before, after, rounds=3).result()    # a PairedMeasurement: timed turn about, fresh
     future.cancel(); engine.cancel_all(); engine.close()
 
 **Isolation.** Builds and runs happen in worker processes
@@ -63,7 +64,7 @@ from leir.measure import worker as worker_module
 from leir.measure.cache import MeasurementCache
 from leir.measure.device import DevicePeaks, ProgramCost, cpu_name, gpu_name, load_peaks, program_cost, roofline_ms
 from leir.measure.key import default_toolchain, measurement_key, workload_key
-from leir.measure.measurement import Measurement, VendorResult, failure
+from leir.measure.measurement import Measurement, PairedMeasurement, VendorResult, failure
 from leir.measure.rpc import RPC, RPCError, servers_for, tracker_summary
 from leir.measure.timing import DEFAULT_MIN_RUN_MS, DEFAULT_REPEAT, summarize
 from leir.run import Comparison
@@ -156,6 +157,8 @@ class _Job:
     #: The vendor reference's workload key, when it was not looked for yet.
     vendor_key: str | None
     cached_vendor: VendorResult | None = None
+    #: The second program of a paired comparison (``compare``).
+    paired: Analysis | None = None
 
 
 @dataclass
@@ -276,6 +279,23 @@ class MeasurementEngine:
                             timeout_s=timeout_s, use_cache=use_cache, block=block, wait_s=wait_s, on_phase=on_phase,
                             fault=None)
 
+    def compare(self, before: Analysis | A.Program | str, after: Analysis | A.Program | str, *, rounds: int = 3,
+                repeat: int | None = None, priority: int = 0, label: str | None = None,
+                timeout_s: float | None = None, block: bool = True,
+                wait_s: float | None = None) -> MeasurementFuture:
+        """Time two programs turn about in one worker: both are built and
+        checked, then ``rounds`` rounds each time ``before`` and then
+        ``after`` (``repeat`` runs each). The future's result is a
+        ``PairedMeasurement``. Never answered from the cache nor stored in
+        it: a comparison is worth something only if both sides are timed
+        now, under the same load. ``timeout_s`` bounds each phase, as for
+        ``submit``."""
+        if rounds < 1:
+            raise LeirError(f"rounds {rounds}: at least one round is needed")
+        return self._submit(before, trace=None, workload=None, priority=priority, label=label, repeat=repeat,
+                            timeout_s=timeout_s, use_cache=False, block=block, wait_s=wait_s, on_phase=None,
+                            fault=None, paired=(after, rounds))
+
     def _submit_with_fault(self, program, fault: str, **kwargs) -> MeasurementFuture:
         """For the isolation tests only: the job's timing step misbehaves
         (``worker.FAULTS``). Never reachable from a program or a command."""
@@ -331,8 +351,9 @@ class MeasurementEngine:
         return results
 
     def _submit(self, program, *, trace, workload, priority, label, repeat, timeout_s, use_cache, block, wait_s,
-                on_phase, fault) -> MeasurementFuture:
+                on_phase, fault, paired=None) -> MeasurementFuture:
         analysis = _as_analysis(program)
+        second, rounds = (_as_analysis(paired[0]), paired[1]) if paired is not None else (None, 1)
         if self._closing:
             raise EngineClosed("the measurement engine is closed")
         repeat = repeat or self.repeat
@@ -349,7 +370,7 @@ class MeasurementEngine:
                 return future
         work = _as_analysis(workload) if workload is not None else analysis
         vendor_key, cached_vendor = None, None
-        if self.vendor:
+        if self.vendor and second is None:
             vendor_key = workload_key(work, self.device)
             if self.cache is not None:
                 known, cached_vendor = self._cached(lambda: self.cache.vendor_lookup(vendor_key), (False, None))
@@ -359,12 +380,13 @@ class MeasurementEngine:
 
         job = _Job(
             id=next(self._ids), priority=priority, analysis=analysis, key=key, future=future, cost=cost, trace=trace,
-            timeout_s=timeout_s or self.timeout_s, vendor_key=vendor_key, cached_vendor=cached_vendor,
+            timeout_s=timeout_s or self.timeout_s, vendor_key=vendor_key, cached_vendor=cached_vendor, paired=second,
             spec={
                 "program": print_program(analysis.complete_program()),
                 "workload": print_program(work.complete_program()) if workload is not None else None,
                 "seed": self.seed, "repeat": repeat, "min_run_ms": self.min_run_ms, "vendor": vendor_key is not None,
                 "timeout_s": timeout_s or self.timeout_s, "fault": fault,
+                "paired": print_program(second.complete_program()) if second is not None else None, "rounds": rounds,
             },
         )
         job.spec["id"] = job.id
@@ -734,6 +756,10 @@ class MeasurementEngine:
             m = failure(payload["error"], target=self.target, device=self.device, key=job.key,
                         label=future.label, comparisons=comparisons)
             m = replace(m, flops=job.cost.flops, bytes_moved=job.cost.bytes_moved)
+            if job.paired is not None:
+                m = PairedMeasurement(m, m, job.spec["rounds"])
+        elif job.paired is not None:
+            m = self._paired(job, payload)
         else:
             m = self._measurement(job, payload)
         try:
@@ -765,6 +791,25 @@ class MeasurementEngine:
                                                  shapes={t.name: (t.dtype, t.shape) for t in job.analysis.tensors.values()},
                                                  trace=job.trace))
         return self._complete(m, job.cost, job.future.label)
+
+    def _paired(self, job: _Job, payload: dict) -> PairedMeasurement:
+        """A comparison's two measurements (not cached: see ``compare``)."""
+        sides = []
+        for analysis, data in ((job.analysis, payload), (job.paired, payload["paired"])):
+            s = summarize(data["seconds"], data["number"])
+            notes = tuple(data.get("notes") or ())
+            if data.get("server"):
+                notes += (f"timed on the RPC server at {data['server']}",)
+            m = Measurement(
+                s.median_ms, s.min_ms, s.max_ms, s.runs, s.spread, self.target, self.device, True,
+                {name: Comparison(**c) for name, c in data["comparisons"].items()}, False, None, None,
+                mean_ms=s.mean_ms, number=s.number, results_ms=s.results_ms, measured_at=data.get("measured_at"),
+                key=measurement_key(analysis, self._target_key, self.device, self.toolchain), notes=notes,
+            )
+            sides.append((self._complete(m, program_cost(analysis), job.future.label),
+                          tuple(summarize(r).median_ms for r in data["rounds_seconds"])))
+        (before, before_rounds), (after, after_rounds) = sides
+        return PairedMeasurement(before, after, job.spec["rounds"], before_rounds, after_rounds)
 
     def _store(self, write: Callable[[], None]) -> None:
         self._cached(write, None)

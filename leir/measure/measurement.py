@@ -119,6 +119,33 @@ class Measurement:
         }
 
 
+@dataclass(frozen=True)
+class PairedMeasurement:
+    """Two programs timed alternately in one worker (``MeasurementEngine.
+    compare``): ``rounds`` rounds, each timing ``before`` then ``after``
+    (``repeat`` runs each), from fresh builds, never from the cache. Timing
+    them turn about, in one process, on the same inputs, puts both under the
+    same load: a gain seen in every round is the program's, not the
+    moment's. ``before``/``after`` summarise every run of each; the per-round
+    medians say whether the order held in each round."""
+
+    before: Measurement
+    after: Measurement
+    rounds: int
+    #: The median of each round's runs, in order.
+    before_rounds_ms: tuple[float, ...] = ()
+    after_rounds_ms: tuple[float, ...] = ()
+
+    @property
+    def error(self) -> str | None:
+        """Why there is no comparison (the first failure of the two), or None."""
+        return self.before.error or self.after.error
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
 def failure(error: str, *, target: str, device: str, key: str = "", label: str | None = None,
             comparisons: dict[str, Comparison] | None = None, notes: tuple[str, ...] = ()) -> Measurement:
     """A measurement that has no latency, only a reason."""

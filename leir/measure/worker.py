@@ -67,6 +67,8 @@ class _Built:
     module: object = None  # the loaded module (local targets)
     library: str | None = None  # the exported library (RPC)
     notes: list = field(default_factory=list)
+    #: The second program of a paired comparison (``job["paired"]``).
+    paired: "_Built | None" = None
 
 
 def main(conn, config: dict) -> None:
@@ -208,9 +210,14 @@ class _Runner:
             compiled = compile_program(analysis, self.target)
             built.module, built.notes = compiled, list(compiled.notes)
         else:
-            built.library, built.notes = self._export(analysis, job["id"])
+            built.library, built.notes = self._export(analysis, job.get("library_tag", job["id"]))
         built.inputs = random_inputs(analysis, job.get("seed", 0))
         built.expected = evaluate(analysis, built.inputs)
+        if job.get("paired"):
+            # The second program of a comparison: built, checked and timed
+            # like the first, in this same process.
+            built.paired = self.build({**job, "program": job["paired"], "paired": None, "second_of_pair": True,
+                                       "library_tag": f"{job['id']}_paired"})
         return built
 
     def _export(self, analysis, job_id: int) -> tuple[str, list[str]]:
@@ -266,32 +273,61 @@ class _Runner:
         job = built.job
         if job.get("fault"):
             _inject(job["fault"], self.config)
+        programs = [built] + ([built.paired] if built.paired is not None else [])
         if self.rpc is None:
-            module, device, server = built.module.module, built.module.device, None
-            return self._verify_and_time(built, module, device, server)
+            device, server = built.module.device, None
+            return self._verify_and_time(programs, [b.module.module for b in programs], device, server)
         from leir.measure.rpc import request_session
 
         phase("waiting for a device")
         session, server = request_session(self.rpc, session_timeout=job.get("timeout_s") or 60)
         phase("timing")
         try:
-            name = os.path.basename(built.library)
-            session.upload(built.library)
-            module = session.load_module(name)
+            modules = []
+            for b in programs:
+                session.upload(b.library)
+                modules.append(session.load_module(os.path.basename(b.library)))
             device = session.cpu(0) if self.target == "llvm" else session.cuda(0)
-            return self._verify_and_time(built, module, device, server)
+            return self._verify_and_time(programs, modules, device, server)
         finally:
-            try:
-                os.unlink(built.library)
-            except OSError:
-                pass
+            for b in programs:
+                try:
+                    os.unlink(b.library)
+                except OSError:
+                    pass
 
-    def _verify_and_time(self, built: _Built, module, device, server: str | None) -> dict:
+    def _verify_and_time(self, programs: list[_Built], modules: list, device, server: str | None) -> dict:
+        """Check each program's outputs, then time it; two programs (a
+        paired comparison) are timed turn about, ``job["rounds"]`` rounds."""
+        from leir.measure.timing import time_module
+
+        job = programs[0].job
+        checked = [self._verify(b, m, device) for b, m in zip(programs, modules)]
+        rounds = int(job.get("rounds") or 1) if len(programs) > 1 else 1
+        timed: list[list[tuple[list[float], int]]] = [[] for _ in programs]
+        for _ in range(rounds):
+            for k, (module, (args, _)) in enumerate(zip(modules, checked)):
+                timed[k].append(time_module(module, device, args, repeat=job["repeat"], min_run_ms=job["min_run_ms"]))
+        payloads = []
+        for b, (_, comparisons), runs in zip(programs, checked, timed):
+            payloads.append({"seconds": [s for seconds, _ in runs for s in seconds], "number": runs[-1][1],
+                             "rounds_seconds": [seconds for seconds, _ in runs],
+                             "comparisons": _comparisons_json(comparisons), "notes": list(b.notes), "server": server,
+                             "measured_at": time.time()})
+        payload = payloads[0]
+        if len(payloads) > 1:
+            payload["paired"] = payloads[1]
+        if job.get("vendor"):
+            payload["vendor"] = self._vendor(programs[0])
+        return payload
+
+    def _verify(self, built: _Built, module, device) -> tuple[list, dict]:
+        """Run the kernel once and compare every output with the expected
+        one (a wrong kernel gets no latency); its arguments for the timing."""
         import numpy as np
         import tvm
 
         from leir.inputs import zeros
-        from leir.measure.timing import time_module
         from leir.run import compare
 
         analysis, job = built.analysis, built.job
@@ -309,15 +345,11 @@ class _Runner:
         if wrong:
             c = comparisons[wrong[0]]
             total = analysis.tensors[wrong[0]].size
-            raise JobFailure(f"wrong result: {wrong[0]} differs from the reference ({c.mismatched} of {total} elements "
-                             f"outside tolerance; max abs err {c.max_abs_err:.3g}, max rel err {c.max_rel_err:.3g})",
-                             comparisons=_comparisons_json(comparisons))
-        seconds, number = time_module(module, device, args, repeat=job["repeat"], min_run_ms=job["min_run_ms"])
-        payload = {"seconds": seconds, "number": number, "comparisons": _comparisons_json(comparisons),
-                   "notes": list(built.notes), "server": server, "measured_at": time.time()}
-        if job.get("vendor"):
-            payload["vendor"] = self._vendor(built)
-        return payload
+            which = "the second program's " if job.get("second_of_pair") else ""
+            raise JobFailure(f"wrong result: {which}{wrong[0]} differs from the reference ({c.mismatched} of {total} "
+                             f"elements outside tolerance; max abs err {c.max_abs_err:.3g}, "
+                             f"max rel err {c.max_rel_err:.3g})", comparisons=_comparisons_json(comparisons))
+        return args, comparisons
 
     def _vendor(self, built: _Built) -> dict | None:
         from leir.measure.vendor import vendor_latency
