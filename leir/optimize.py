@@ -663,8 +663,8 @@ def _trajectory(final: State, target: str = "llvm") -> list[TrajectoryStep]:
         before, after = (s.paired.before_ms, s.paired.after_ms) if s.paired is not None else (s.parent.ms, s.ms)
         reasoning = _reasoning(r, before, after, s.verify_note, s, target)
         if s.paired is not None:
-            reasoning += (f"; confirmed by {s.paired.rounds} paired rounds (fastest run "
-                          f"{min(s.paired.before_runs):.3g} ms -> {min(s.paired.after_runs):.3g} ms)")
+            reasoning += (f" Confirmed by {s.paired.rounds} paired rounds timed turn about (fastest run "
+                          f"{min(s.paired.before_runs):.3g} ms -> {min(s.paired.after_runs):.3g} ms).")
         out.append(TrajectoryStep(step.id, step.args, before, after, before / after, reasoning))
     return out
 

@@ -298,7 +298,7 @@ def test_a_real_gain_is_kept_even_when_a_luckier_candidate_is_re_timed_first():
     assert step.latency_before_ms == pytest.approx(true_start)
     assert step.latency_after_ms == pytest.approx(true_final)
     assert step.latency_after_ms != fake.lucky_ms
-    assert "confirmed by 3 paired rounds" in step.reasoning
+    assert "Confirmed by 3 paired rounds" in step.reasoning
 
 
 @pytest.mark.slow
