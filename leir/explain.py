@@ -67,7 +67,8 @@ from leir.semantics import Analysis, EquationInfo
 
 __all__ = [
     "AccessFacts", "LoopFacts", "Machine", "Reasoning", "access_facts", "access_strides", "describe_access",
-    "describe_loop", "describe_step", "footprint", "loop_facts", "operations", "step_reasoning", "working_set",
+    "describe_loop", "describe_step", "footprint", "loop_facts", "operations", "predicted_after", "step_reasoning",
+    "working_set",
 ]
 
 #: Relative change in latency this project treats as measurement noise
@@ -119,7 +120,7 @@ class Machine:
     def cache_text(self, name: str) -> str:
         size = dict(self.caches())[name]
         field_name = {"L1d": "l1d", "L2": "l2", "L3": "l3"}[name]
-        return f"{name} ({human_bytes(size)}{', assumed' if field_name in self.assumed else ''})"
+        return f"the {human_bytes(size)} {name}" + (" (size assumed)" if field_name in self.assumed else "")
 
     def vector_text(self) -> str:
         assumed = ", assumed" if "vector_bytes" in self.assumed else ""
@@ -874,7 +875,7 @@ def _contiguity(w: _Writer, before: _Side, after: _Side, block: str) -> None:
     if b_in.var != a_in.var:
         w.say(f"The innermost loop of {block} becomes {a_in.var} ({a_in.extent} iterations; was {b_in.var}).",
               innermost_before=b_in.var, innermost_after=a_in.var)
-    gained, lost, changed = [], [], []
+    gained, lost, invariant, changed = [], [], [], []
     seen = set()
     for (t, text_b, sb), (_, text_a, sa) in zip(b_rows, a_rows):
         if sb == sa or (text_a, sb, sa) in seen:
@@ -883,6 +884,8 @@ def _contiguity(w: _Writer, before: _Side, after: _Side, block: str) -> None:
         changed.append({"tensor": t, "access": text_a, "stride_before": sb, "stride_after": sa})
         if sa == 1 and sb != 1:
             gained.append(f"{text_a} (stride {_stride_word(sb)} before)")
+        elif sb == 1 and sa == 0:
+            invariant.append(text_a)
         elif sb == 1 and sa != 1:
             lost.append(f"{text_a} (stride {_stride_word(sa)}, was 1)")
     if changed:
@@ -890,6 +893,9 @@ def _contiguity(w: _Writer, before: _Side, after: _Side, block: str) -> None:
     if gained:
         w.say(f"Along {a_in.var}, {_join(gained)} {'is' if len(gained) == 1 else 'are'} now contiguous: "
               f"consecutive iterations touch consecutive elements.")
+    if invariant:
+        w.say(f"{_join(invariant)} {'stays' if len(invariant) == 1 else 'stay'} the same element across {a_in.var} "
+              f"(stride 0, was 1).")
     if lost:
         w.say(f"But {_join(lost)} {'is' if len(lost) == 1 else 'are'} no longer contiguous along {a_in.var}.")
         w.risk(f"{_join(lost)} lost unit stride along the innermost loop {a_in.var}")
@@ -943,7 +949,7 @@ def _reuse_changes(w: _Writer, before: _Side, after: _Side, block: str) -> bool:
             said = True
         elif _LEVEL_ORDER[lva] > _LEVEL_ORDER[lvb]:
             w.say(f"{t}'s reuse distance grows to {human_bytes(da)} (across loop {la}; was {human_bytes(db)} "
-                  f"across {lb}), which no longer fits {w.machine.cache_text(lvb)}.")
+                  f"across {lb}), which no longer fits in {w.machine.cache_text(lvb)}.")
             w.risk(f"{t}'s reuse distance grew from {human_bytes(db)} to {human_bytes(da)}, past "
                    f"{w.machine.cache_text(lvb)}")
             said = True
@@ -1003,7 +1009,7 @@ def _handoff_changes(w: _Writer, before: _Side, after: _Side) -> None:
         fit = ""
         if w.target != "cuda":
             level = _level(w.machine, h["bytes"])
-            fit = f" (which fits in {w.machine.cache_text(level)})" if level != "memory" else " (more than every cache level)"
+            fit = f", which fits in {w.machine.cache_text(level)}" if level != "memory" else ", more than every cache level holds"
         w.say(f"Now {now}{fit}; before, {was}.")
         if h["bytes"] > old["bytes"] and _level(w.machine, h["bytes"]) != _level(w.machine, old["bytes"]):
             w.risk(f"{name} now travels {human_bytes(h['bytes'])} between its write and its read (was {human_bytes(old['bytes'])})")
@@ -1018,13 +1024,12 @@ def _program_diff(w: _Writer, before: _Side, after: _Side, *, ops: bool = True, 
     ob, oa = program_operations(before.analysis), program_operations(after.analysis)
     w.facts.update(operations_before=ob, operations_after=oa)
     if ops and ob != oa:
+        hb, ha = (human_count(ob), human_count(oa)) if human_count(ob) != human_count(oa) else (f"{ob:,}", f"{oa:,}")
         if oa < ob:
-            w.say(f"Operations drop from {human_count(ob)} to {human_count(oa)} ({1 - oa / ob:.0%} less work)."
-                  if ob else f"Operations drop from {ob} to {oa}.")
+            w.say(f"Operations drop from {hb} to {ha} ({1 - oa / ob:.0%} fewer).")
         else:
-            w.say(f"Operations grow from {human_count(ob)} to {human_count(oa)}"
-                  + (f" ({oa / ob:.2f}x): work is recomputed." if ob else "."))
-            w.risk(f"operations grew from {human_count(ob)} to {human_count(oa)}")
+            w.say(f"Operations grow from {hb} to {ha} ({oa - ob:+,}" + (f", {oa / ob:.2f}x)." if ob else ")."))
+            w.risk(f"operations grew from {hb} to {ha}")
     if temporaries and not w.facts.get("temporaries_said"):
         tb = {t.name: t for t in before.analysis.temporaries()}
         ta = {t.name: t for t in after.analysis.temporaries()}
@@ -1040,11 +1045,15 @@ def _program_diff(w: _Writer, before: _Side, after: _Side, *, ops: bool = True, 
                   + _join([f"{n} ({_shape_text(ta[n])}{_scope_text(ta[n])}, {human_bytes(tensor_bytes(after.analysis, n))})"
                            for n in added]) + ".",
                   temporaries_added={n: tensor_bytes(after.analysis, n) for n in added})
+            for n in added:
+                if ta[n].scope == "g":
+                    w.risk(f"the temporary {n} ({human_bytes(tensor_bytes(after.analysis, n))}) is written to memory "
+                           "and read back")
     cb, ca = compulsory_bytes(before.analysis), compulsory_bytes(after.analysis)
     if cb and ca:
         ib, ia = ob / cb, oa / ca
         w.facts.update(intensity_before=ib, intensity_after=ia)
-        if abs(ib - ia) > 1e-9 * max(ib, 1):
+        if abs(ib - ia) > 0.01 * max(ib, ia):
             w.say(f"Arithmetic intensity goes from {ib:.3g} to {ia:.3g} operations per byte of inputs and outputs.")
 
 
@@ -1372,7 +1381,10 @@ def _rfactor(w: _Writer, before: _Side, after: _Side, step) -> None:
     t = after.analysis.tensors[p.equation.lhs.tensor]
     w.say(f"Factors the reduction of {bi.equation.lhs.tensor} over loop {var}: partial results go to {t.name} "
           f"({_shape_text(t)}, {human_bytes(tensor_bytes(after.analysis, t.name))}), then a second equation combines them.",
-          partials=t.name)
+          partials=t.name, partials_bytes=tensor_bytes(after.analysis, t.name))
+    w.facts["temporaries_said"] = True
+    if t.scope == "g":
+        w.risk(f"the partial results {t.name} take {human_bytes(tensor_bytes(after.analysis, t.name))} written and read back")
     if var in p.spatial:
         w.say(f"In {t.name}, {var} is a spatial axis (it was a reduction axis of {bi.equation.lhs.tensor}): its "
               "iterations are now independent and can run in parallel or as vector lanes.")
@@ -1397,30 +1409,46 @@ _FAMILIES = {
 }
 
 
+def _title(before: _Side, step) -> str:
+    """The title the editor showed for the step (its candidate's), else
+    the transformation's."""
+    from leir import transforms
+
+    try:
+        for c in transforms.candidates(before.ctx, None, only=(step.id,)):
+            if c.step == step:
+                return c.title
+        return transforms.get(step.id).TITLE
+    except Exception:
+        return step.id
+
+
 def _generic(w: _Writer, before: _Side, after: _Side, step) -> None:
     """Any other step: what changed, from the two programs."""
-    try:
-        from leir.transforms import get
+    from leir.ast import SCOPES
 
-        title = get(step.id).TITLE
-    except Exception:
-        title = step.id
-    eb, ea = len(before.analysis.equations), len(after.analysis.equations)
-    nb = sum(1 for _ in _all_loops(before.analysis.program))
-    na = sum(1 for _ in _all_loops(after.analysis.program))
-    where = f" on {step.args['block']}" if isinstance(step.args.get("block"), str) else ""
-    w.say(f"{title}{where}: {eb} equation{'s' * (eb != 1)} and {nb} loop{'s' * (nb != 1)} before, {ea} and {na} after.",
-          equations_before=eb, equations_after=ea, loops_before=nb, loops_after=na)
-    changed = [(k, tb.scope, after.analysis.tensors[k].scope) for k, tb in before.analysis.tensors.items()
-               if k in after.analysis.tensors and tb.scope != after.analysis.tensors[k].scope]
-    for name, s0, s1 in changed:
-        from leir.ast import SCOPES
+    counts = []
+    for side in (before, after):
+        program = side.analysis.program
+        counts.append((len(program.units), len(side.analysis.equations), sum(1 for _ in _all_loops(program))))
+    (ub, eb, nb), (ua, ea, na) = counts
+    w.say(f"{_title(before, step)}: {_plural(ub, 'loop nest')} with {_plural(eb, 'equation')} and "
+          f"{_plural(nb, 'loop')} before, {ua}, {ea} and {na} after.",
+          nests_before=ub, nests_after=ua, equations_before=eb, equations_after=ea, loops_before=nb, loops_after=na)
+    for name, tb in before.analysis.tensors.items():
+        ta = after.analysis.tensors.get(name)
+        if ta is None:
+            continue
+        if tb.scope != ta.scope:
+            w.say(f"{name} moves from {SCOPES[tb.scope]} to {SCOPES[ta.scope]} memory.",
+                  **{f"scope_{name}": [tb.scope, ta.scope]})
+        if tb.shape != ta.shape:
+            w.say(f"{name}'s layout changes from [{','.join(map(str, tb.shape))}] to [{','.join(map(str, ta.shape))}].",
+                  **{f"shape_{name}": [list(tb.shape), list(ta.shape)]})
 
-        w.say(f"{name} moves from {SCOPES[s0]} to {SCOPES[s1]} memory.")
-    reshaped = [(k, tb.shape, after.analysis.tensors[k].shape) for k, tb in before.analysis.tensors.items()
-                if k in after.analysis.tensors and tb.shape != after.analysis.tensors[k].shape]
-    for name, s0, s1 in reshaped:
-        w.say(f"{name}'s layout changes from [{','.join(map(str, s0))}] to [{','.join(map(str, s1))}].")
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' * (n != 1)}"
 
 
 def _all_loops(program: A.Program):
@@ -1523,7 +1551,7 @@ def describe_loop(analysis: Analysis, *, at: int | None = None, block: str | Non
     if ws and target != "cuda":
         level = _level(machine, ws)
         lines.append(f"- one iteration touches {human_bytes(ws)}"
-                     + (f" (fits {machine.cache_text(level)})" if level != "memory" else " (more than every cache)"))
+                     + (f" (fits in {machine.cache_text(level)})" if level != "memory" else " (more than every cache)"))
     if f.offered:
         ids = list(dict.fromkeys(i for i, _, _ in f.offered))
         lines.append(f"- offered: {', '.join(ids)}")
@@ -1561,22 +1589,71 @@ def describe_access(analysis: Analysis, *, at: int | None = None, block: str | N
     if f.reuse_loop is not None and target != "cuda":
         level = _level(machine, f.reuse_distance_bytes)
         lines.append(f"- reused across {_code(f.reuse_loop)} after {human_bytes(f.reuse_distance_bytes)} of data"
-                     + (f" (fits {machine.cache_text(level)})" if level != "memory" else " (more than every cache)"))
+                     + (f" (fits in {machine.cache_text(level)})" if level != "memory" else " (more than every cache)"))
     return "\n".join(lines)
+
+
+def predicted_after(before: Analysis, step) -> Analysis | None:
+    """The program ``step`` produces, where it is a pure change of loop
+    kinds or of the order of two loops of one nest (parallelize,
+    vectorize, unroll, bind, reorder): computed on the syntax tree, without
+    TVM, for hover. None for every other step (apply it to know)."""
+    from dataclasses import replace
+
+    from leir.errors import LeirError
+    from leir.semantics import analyze
+
+    args = step.args
+    ctx = _context(before)
+    kinds = {"parallelize": "P", "vectorize": "V", "unroll": "U", "bind": "B"}
+    try:
+        if step.id in kinds and step.id != "bind":
+            site = ctx.loop_site(args["block"], args["loop"])
+            if site.loop.kind != "L":
+                return None
+            loops = list(site.nest.loops)
+            loops[site.position] = replace(site.loop, kind=kinds[step.id])
+        elif step.id == "reorder" and len(args.get("loops") or ()) == 2:
+            outer = ctx.loop_site(args["block"], args["loops"][0])
+            inner = ctx.loop_site(args["block"], args["loops"][1])
+            if outer.nest is not inner.nest or inner.position != outer.position + 1:
+                return None
+            loops = list(outer.nest.loops)
+            loops[outer.position], loops[inner.position] = inner.loop, outer.loop
+            site = outer
+        else:
+            return None
+    except (LeirError, KeyError, TypeError):
+        return None
+    target_nest = site.nest
+    new_nest = replace(target_nest, loops=tuple(loops))
+
+    def rebuild(nest: A.Nest) -> A.Nest:
+        if nest is target_nest:
+            return new_nest
+        body = tuple(rebuild(item) if isinstance(item, A.Nest) else item for item in nest.body)
+        return nest if all(a is b for a, b in zip(body, nest.body)) else replace(nest, body=body)
+
+    program = replace(before.program, units=tuple(rebuild(u) for u in before.program.units))
+    after = analyze(program)
+    return after if after.ok else None
 
 
 def describe_step(before: Analysis, step, *, after: Analysis | None = None,
                   measured: tuple[float, float] | None = None, target: str = "llvm", device: str | None = None,
                   machine: Machine | None = None) -> str:
-    """Markdown for hover on a suggested step: the reasoning (from both
-    programs when ``after`` is given, else the facts of the loop the step
-    names), and the measured latencies when given."""
+    """Markdown for hover on a suggested step: the reasoning from the
+    programs before and after it (``after`` given, or predicted on the
+    syntax tree for loop-kind changes and reorders), else the facts of the
+    loops the step names; the measured latencies when given."""
     from leir.transforms.base import Step
 
     if isinstance(step, dict):
         step = Step(step["id"], step.get("args", {}))
     machine = machine or Machine.detect()
     head = f"**{step.id}** {_code(_args_text(step.args))}"
+    if after is None:
+        after = predicted_after(before, step)
     if after is not None:
         r = step_reasoning(before, after, step, measured=measured, target=target, machine=machine)
         body = "\n".join(f"- {s}" for s in r.sentences)

@@ -185,8 +185,8 @@ def test_reorder_that_breaks_contiguity_says_so_and_why_it_was_slower():
 def test_tile_brings_the_reuse_of_w_into_l1():
     step = Step("tile", {"block": "C", "loops": ["i", "j"], "sizes": [8, 8]})
     r = step_reasoning(analysis(MATMUL), analysis(MATMUL_TILED), step, measured=(10.0, 4.0), machine=MACHINE)
-    assert "W is reused across loop i_1" in r.text and "fits in L1d (32 KiB)" in r.text
-    assert "only fit in L2" in r.text
+    assert "W is reused across loop i_1" in r.text and "fits in the 32 KiB L1d" in r.text
+    assert "only fit in the 1 MiB L2" in r.text
     w = next(c for c in r.facts["reuse_changes"] if c["tensor"] == "W")
     assert w["reuse_loop_before"] == "i" and w["reuse_loop_after"] == "i_1"
     assert w["distance_after"] <= MACHINE.l1d < w["distance_before"]
@@ -197,7 +197,7 @@ def test_tile_on_a_machine_with_a_smaller_l1_names_the_level_that_holds_it():
     tiny = Machine(l1d=4 * 1024, l2=64 * 1024, l3=1024 * 1024, cores=2)
     step = Step("tile", {"block": "C", "loops": ["i", "j"], "sizes": [8, 8]})
     r = step_reasoning(analysis(MATMUL), analysis(MATMUL_TILED), step, machine=tiny)
-    assert "fits in L2 (64 KiB)" in r.text and "L1d" not in r.text.split("W is reused")[1].split(".")[0]
+    assert "fits in the 64 KiB L2" in r.text and "L1d" not in r.text.split("W is reused")[1].split(".")[0]
 
 
 def test_parallelizing_the_outer_loop_counts_iterations_against_cores():
@@ -371,7 +371,7 @@ def test_describe_access_markdown():
     assert "input `W`: f32[256,96], global memory, 96 KiB" in md
     assert "| k | 256 | 96 | 256 elements, 1 KiB |" in md
     assert "touched 128 times (loops i do not index it)" in md
-    assert "reused across `i` after 97.4 KiB of data (fits L2 (1 MiB))" in md
+    assert "reused across `i` after 97.4 KiB of data (fits in the 1 MiB L2)" in md
     assert describe_access(a, at=0) is None
 
 
@@ -382,8 +382,41 @@ def test_describe_step_with_and_without_the_program_after():
                        device="test cpu", machine=MACHINE)
     assert "- Runs loop i in parallel: its 128 iterations over 8 cores" in md
     assert "2 ms → 1 ms, 2.00x faster" in md and "device test cpu" in md
+    # Without the program after it: a loop-kind change is predicted on the syntax tree...
     md = describe_step(a, step, machine=MACHINE)
-    assert "**loop `i`**" in md and "offered: " in md
+    assert "- Runs loop i in parallel: its 128 iterations over 8 cores" in md
+    # ...any other step shows the facts of the loop it names.
+    md = describe_step(a, {"id": "split", "args": {"block": "Y", "loop": "j", "factors": [8, 8]}}, machine=MACHINE)
+    assert "**loop `j`**: serial (L), 64 iterations" in md and "offered: " in md
+
+
+def test_predicted_after_is_the_program_the_step_makes():
+    from leir.explain import predicted_after
+    from leir.printer import print_program
+
+    def same(before: str, step: Step, after: str) -> bool:
+        predicted = predicted_after(analysis(before), step)
+        return print_program(predicted.program) == print_program(analysis(after).program)
+
+    assert same(COLUMNS, Step("reorder", {"block": "Y", "loops": ["j", "i"]}), ROWS)
+    assert same(ROWS, Step("vectorize", {"block": "Y", "loop": "j"}), ROWS.replace("L^{64}_{j}", "V^{64}_{j}"))
+    assert predicted_after(analysis(ROWS), Step("split", {"block": "Y", "loop": "j", "factors": [8, 8]})) is None
+    assert predicted_after(analysis(ROWS), Step("parallelize", {"block": "Y", "loop": "nope"})) is None
+
+
+def test_reorder_that_makes_an_access_invariant_does_not_call_it_lost():
+    before = "L^{64}_{i}\n  L^{32}_{k} [\n    S_{i} += X_{i,k};\n  ];\n"
+    after = "L^{32}_{k}\n  L^{64}_{i} [\n    S_{i} += X_{i,k};\n  ];\n"
+    r = step_reasoning(analysis(before), analysis(after), Step("reorder", {"block": "S", "loops": ["i", "k"]}),
+                       machine=MACHINE)
+    assert "S_{i} (stride 0 before) is now contiguous" in r.text
+    assert "But X_{i,k} (stride 32, was 1) is no longer contiguous along i" in r.text
+    swapped = MATMUL.replace("L^{96}_{j}", "L^{TMP}").replace("L^{256}_{k}", "L^{96}_{j}").replace("L^{TMP}", "L^{256}_{k}")
+    r = step_reasoning(analysis(MATMUL), analysis(swapped), Step("reorder", {"block": "C", "loops": ["j", "k"]}),
+                       machine=MACHINE)
+    assert "X_{i,k} stays the same element across j (stride 0, was 1)" in r.text
+    assert "no longer contiguous" not in r.text
+    assert "C_{i,j} (stride 0 before) and W_{k,j} (stride 96 before) are now contiguous" in r.text
 
 
 # ------------------------------------------------------------------ real steps
