@@ -158,6 +158,7 @@ def write_atomic(path: Path, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide a dataset from its readers
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -165,6 +166,12 @@ def write_atomic(path: Path, text: str) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _repair_tail(path: Path) -> None:
@@ -383,8 +390,6 @@ def _trajectory(variant: Variant, k: int, cfg: BuildConfig, start_measurement) -
     tid = f"{variant.workload}/{variant.name}/t{k}"
     state = _State(variant.analysis, _text(variant.analysis), start_measurement)
     visited = {state.text}
-    tensors = [{"name": t.name, "role": t.role, "dtype": t.dtype, "shape": list(t.shape)}
-               for t in variant.analysis.tensors.values()]
     sizes = {str(a): b for a, b in sorted(variant.sizes.items())}
     verify = _verify_engine if cfg.verify == "engine" else _verify_full
     for step_index in range(cfg.steps):
@@ -409,6 +414,8 @@ def _trajectory(variant: Variant, k: int, cfg: BuildConfig, start_measurement) -
         measurements = yield [after for _, after, _ in children]
         samples, good = [], []
         before_m = state.measurement
+        tensors = [{"name": t.name, "role": t.role, "dtype": t.dtype, "shape": list(t.shape)}
+                   for t in state.analysis.tensors.values()]
         for (step, after, text), m in zip(children, measurements):
             ok, verification = verify(state, after, m)
             after_ms = float(m.median_ms) if m.median_ms is not None else None

@@ -1,0 +1,194 @@
+"""The dataset builder end to end (issue 7): a tiny build of 2 workloads and
+3 steps, measured for real through the measurement engine.
+
+Every field of every sample is checked; every sample's step re-applies with
+``leir apply`` to its ``before`` and prints its ``after``; every sample
+marked verified passes ``leir.transforms.verify`` again; the build resumes
+after a kill without losing or repeating a sample, and is deterministic for
+a seed given the same measurement cache.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from leir.dataset import records
+from leir.dataset.build import PROGRESS, SAMPLES, BuildConfig, DatasetError, build, read_samples
+
+pytestmark = pytest.mark.slow
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+WORKLOADS = ["matmul.leir", "softmax.leir"]
+STEPS = 3
+
+
+def _config(tmp: Path, out: str, **kw) -> BuildConfig:
+    base = dict(workloads=str(EXAMPLES), out=str(tmp / out), variants=1, steps=STEPS, budget=3, seed=7,
+                only=list(WORKLOADS), cache_dir=str(tmp / "cache"))
+    base.update(kw)
+    return BuildConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("dataset")
+    summary = build(_config(tmp, "out"), progress=False)
+    return tmp, summary, list(read_samples(tmp / "out"))
+
+
+def test_tiny_build_writes_samples_for_both_workloads_and_their_variants(tiny):
+    _, summary, samples = tiny
+    assert summary.samples_written == len(samples) > 0
+    assert {s["workload"] for s in samples} == set(WORKLOADS)
+    variants = {(s["workload"], s["variant"]) for s in samples}
+    assert {v for _, v in variants} >= {"orig", "v1"}, variants
+    assert max(s["step_index"] for s in samples) <= STEPS - 1
+
+
+def test_every_field_follows_the_schema(tiny):
+    from leir.document import load_leir
+    from leir.format import canonical_program
+    from leir.printer import print_program
+    from leir.transforms import get
+
+    _, _, samples = tiny
+    assert len({s["id"] for s in samples}) == len(samples)
+    for s in samples:
+        records.validate(s)
+        assert set(s) == set(records.FIELDS)
+        # Canonical LEIR: printing the canonical form of the text gives the text.
+        for text in (s["before"], s["after"]):
+            analysis = load_leir(text).analysis
+            assert analysis.ok
+            assert print_program(canonical_program(analysis)) == text
+        assert s["before"] != s["after"]
+        assert s["strategy"] == s["step"]["id"]
+        assert s["steptp_strategy"] == get(s["step"]["id"]).STEPTP
+        assert s["id"] == records.sample_id(s["trajectory"], s["step_index"], s["step"])
+        assert s["trajectory"] == f"{s['workload']}/{s['variant']}/t0"
+        # The known tensors are the program's.
+        tensors = load_leir(s["before"]).analysis.tensors
+        assert {t["name"]: (t["role"], t["dtype"], tuple(t["shape"])) for t in s["tensors"]} == \
+            {t.name: (t.role, t.dtype, t.shape) for t in tensors.values()}
+        assert s["target"] == "llvm" and s["device"]
+        assert s["latency_before_min_ms"] <= s["latency_before_ms"] <= s["latency_before_max_ms"]
+        if s["latency_after_ms"] is not None:
+            assert s["latency_after_min_ms"] <= s["latency_after_ms"] <= s["latency_after_max_ms"]
+            assert s["speedup"] == pytest.approx(s["latency_before_ms"] / s["latency_after_ms"])
+            assert s["runs"] == 3
+        else:
+            assert s["speedup"] is None and s["error"] and not s["verified"]
+        v = s["verification"]
+        assert v["method"] == "engine+evaluate" and v["seeds"] == [0, 1, 2]
+        assert v["rel_tolerance"] == 5e-3 and v["mse_tolerance"] == 1e-5
+        if s["verified"]:
+            assert v["summary"] == "ok" and v["criterion"]
+            assert v["abs_tolerance"] == {"f32": 1e-3}
+        # The reasoning closes with the measured effect, from the same figures.
+        assert s["reasoning"].strip()
+        if s["latency_after_ms"] is not None:
+            assert s["reasoning_facts"]["latency_before_ms"] == pytest.approx(s["latency_before_ms"])
+            assert s["reasoning_facts"]["latency_after_ms"] == pytest.approx(s["latency_after_ms"])
+        if s["variant"] == "orig":
+            assert s["variant_sizes"] == {}
+        else:
+            assert s["variant_sizes"] and all(k.isdigit() and v >= 8 for k, v in s["variant_sizes"].items())
+
+
+def test_trajectories_chain_one_chosen_step_per_state(tiny):
+    _, _, samples = tiny
+    by_state = {}
+    for s in samples:
+        by_state.setdefault((s["trajectory"], s["step_index"]), []).append(s)
+    for (tid, k), group in by_state.items():
+        chosen = [s for s in group if s["chosen"]]
+        assert len(chosen) <= 1
+        assert len({s["before"] for s in group}) == 1
+        for s in group:
+            assert (s["policy"] is not None) == s["chosen"]
+        if chosen:
+            c = chosen[0]
+            assert c["verified"] and c["policy"] in ("exploit", "explore")
+            if c["policy"] == "exploit":
+                fastest = min(s["latency_after_ms"] for s in group if s["verified"])
+                assert c["latency_after_ms"] == fastest
+            nxt = by_state.get((tid, k + 1))
+            if nxt:
+                # The after of step k is the before of step k+1, measured once.
+                assert nxt[0]["before"] == c["after"]
+                assert nxt[0]["latency_before_ms"] == c["latency_after_ms"]
+        elif (tid, k + 1) in by_state:
+            pytest.fail(f"{tid}: step {k + 1} without a chosen step {k}")
+    # Steps that made the program slower are recorded and labelled as such.
+    assert any(s["speedup"] is not None and s["speedup"] < 1 for s in samples)
+
+
+def test_every_step_reapplies_with_leir_apply(tiny, tmp_path, capsys):
+    from leir.cli import main
+
+    _, _, samples = tiny
+    for s in samples:
+        path = tmp_path / Path(s["workload"]).name
+        path.write_text(s["before"], encoding="utf-8")
+        capsys.readouterr()
+        assert main(["apply", str(path), "--step", json.dumps(s["step"])]) == 0
+        assert capsys.readouterr().out == s["after"], s["id"]
+
+
+def test_every_verified_sample_reverifies(tiny):
+    from leir.document import load_leir
+    from leir.transforms import verify
+
+    _, _, samples = tiny
+    verified = [s for s in samples if s["verified"]]
+    assert verified
+    for s in verified:
+        result = verify(load_leir(s["before"]).analysis, load_leir(s["after"]).analysis)
+        assert result.ok, (s["id"], result.summary())
+
+
+def test_a_second_build_into_the_same_directory_adds_nothing(tiny):
+    tmp, _, samples = tiny
+    again = build(_config(tmp, "out"), progress=False)
+    assert again.samples_written == 0 and again.trajectories_run == 0
+    assert list(read_samples(tmp / "out")) == samples
+
+
+def test_a_killed_build_resumes_without_losing_or_repeating_samples(tiny):
+    tmp, _, samples = tiny
+    out = tmp / "killed"
+    shutil.copytree(tmp / "out", out)
+    # As if killed while writing the samples of the last trajectories: the
+    # progress file lists only the first, and the last line is cut short.
+    first = samples[0]["trajectory"]
+    keep = [s for s in samples if s["trajectory"] == first]
+    lines = [records.dumps(s) + "\n" for s in keep]
+    other = next(s for s in samples if s["trajectory"] != first)
+    (out / SAMPLES).write_text("".join(lines) + records.dumps(other)[:100], encoding="utf-8")
+    (out / PROGRESS).write_text(json.dumps({"done": [first]}), encoding="utf-8")
+    cfg = _config(tmp, "killed")
+    cfg.out = str(out)
+    summary = build(cfg, progress=False)
+    assert summary.trajectories_run == len({s["trajectory"] for s in samples}) - 1
+    resumed = list(read_samples(out))
+    assert Counter(s["id"] for s in resumed) == Counter(s["id"] for s in samples)
+    assert sorted(resumed, key=lambda s: s["id"]) == sorted(samples, key=lambda s: s["id"])
+
+
+def test_the_same_seed_and_cache_give_the_same_dataset(tiny):
+    tmp, _, samples = tiny
+    summary = build(_config(tmp, "again"), progress=False)
+    # Nothing measured again but failures, which the cache does not keep.
+    assert summary.measurements - summary.cache_hits <= sum(s["latency_after_ms"] is None for s in samples)
+    assert sorted(read_samples(tmp / "again"), key=lambda s: s["id"]) == sorted(samples, key=lambda s: s["id"])
+
+
+def test_resuming_with_other_settings_is_refused(tiny):
+    tmp, _, _ = tiny
+    with pytest.raises(DatasetError, match="other settings .*steps"):
+        build(_config(tmp, "out", steps=STEPS + 1), progress=False)
