@@ -32,13 +32,14 @@ PYTEST_ARGS ?=
 OPTIMIZE_EXAMPLES ?= matmul softmax conv2d
 OPTIMIZE_ARGS ?= --steps 3 --budget 12
 
-.PHONY: help install install-tokens demo test reinstall
+.PHONY: help install install-tokens demo test reinstall extension
 # Two pip installs at once into one interpreter would race.
 .NOTPARALLEL:
 
 help:
 	@echo "make demo            install, then check, convert and run every examples/*.leir, and optimize a few"
-	@echo "make test            install, then run the whole pytest suite"
+	@echo "make test            install, then run the whole pytest suite, then make extension"
+	@echo "make extension       build, lint, test and package the VS Code extension (extension/)"
 	@echo "make install         install the project with its test and tokens extras"
 	@echo "make install-tokens  install the project with the optional token-counting tooling"
 	@echo "make reinstall       forget the install stamps (the next target reinstalls)"
@@ -96,3 +97,21 @@ test: install
 	$(PYTHON) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest ran no tests" >&2; fi; \
 	exit $$rc
+	$(MAKE) --no-print-directory extension
+
+# The VS Code extension: `npm ci` reruns only when the lock file changes (its
+# stamp lives in node_modules, which `npm ci` empties first); then compile,
+# lint, unit and grammar tests, the end-to-end test against this Python's
+# server, and the .vsix with a check of what it contains.
+EXT := extension
+EXT_NPM := $(EXT)/node_modules/.npm-ci-stamp
+
+$(EXT_NPM): $(EXT)/package-lock.json $(EXT)/package.json
+	cd $(EXT) && npm ci --no-audit --no-fund
+	@touch $@
+
+extension: install $(EXT_NPM)
+	cd $(EXT) && npm run --silent compile && npm run --silent lint \
+	  && npm run --silent test:unit && npm run --silent test:grammar \
+	  && LEIR_PYTHON=$(PYTHON) npm run --silent test:e2e \
+	  && npm run --silent package && LEIR_PYTHON=$(PYTHON) npm run --silent test:vsix
