@@ -1192,7 +1192,7 @@ def _parallelize(w: _Writer, before: _Side, after: _Side, step) -> None:
         if site.equations else 0
     w.say(f"Runs loop {var} in parallel: its {loop.extent} iterations over {cores} core{'s' * (cores != 1)}"
           f" ({-(-loop.extent // cores)} per core at most), each iteration doing {human_count(inner_iters)} "
-          f"inner iterations{(' (' + ', '.join(l.var for l in after.info(block).loops[site.depth + 1:]) + ')') if after.info(block) and after.info(block).loops[site.depth + 1:] else ''}.",
+          f"inner iteration{'s' * (inner_iters != 1)}{(' (' + ', '.join(l.var for l in after.info(block).loops[site.depth + 1:]) + ')') if after.info(block) and after.info(block).loops[site.depth + 1:] else ''}.",
           parallel_loop=var, parallel_iterations=loop.extent, cores=cores, per_core=-(-loop.extent // cores),
           inner_iterations_per_parallel_iteration=inner_iters)
     if loop.extent < cores:
@@ -1208,7 +1208,7 @@ def _parallelize(w: _Writer, before: _Side, after: _Side, step) -> None:
         if starts > 1:
             w.risk(f"the parallel region starts {human_count(starts)} times (loop {var} is not outermost)")
     if inner_iters and inner_iters < 1000:
-        w.risk(f"each parallel iteration does only {inner_iters} inner iterations of work")
+        w.risk(f"each parallel iteration does only {_plural(inner_iters, 'inner iteration')} of work")
     for k in site.equations:
         info = after.analysis.equations[k]
         if var in info.reduce_axes:

@@ -445,3 +445,21 @@ def test_every_offered_step_of_an_example_is_explained(name):
         assert "could not explain" not in r.text, (c.step.key, r.text)
         assert len(r.sentences) >= 2 and "2.00x slower" in r.text
     assert count
+
+
+def test_the_examples_in_docs_reasoning_md_are_what_the_code_says():
+    """docs/reasoning.md quotes two reasonings; they must not rot."""
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "reasoning.md").read_text()
+    quotes, current = [], []
+    for line in doc.splitlines() + [""]:
+        if line.startswith("> "):
+            current.append(line[2:])
+        elif current:
+            quotes.append(" ".join(current))
+            current = []
+    tile = step_reasoning(analysis(MATMUL), analysis(MATMUL_TILED),
+                          Step("tile", {"block": "C", "loops": ["i", "j"], "sizes": [8, 8]}), machine=MACHINE)
+    before = "L^{1000}_{i}\n  L^{4}_{j} [\n    Y_{i,j} = X_{i,j} + 1.0;\n  ];\n"
+    par = step_reasoning(analysis(before), analysis(before.replace("L^{4}_{j}", "P^{4}_{j}")),
+                         Step("parallelize", {"block": "Y", "loop": "j"}), measured=(0.01, 0.9), machine=MACHINE)
+    assert quotes == [tile.text, par.text]
