@@ -57,6 +57,19 @@ def canonical_program(analysis: Analysis, *, minimal: bool = False) -> A.Program
     return A.Program(tuple(decls), units, program.span, end)
 
 
+def canonical_text(parsed, analysis: Analysis) -> str | None:
+    """What ``leir fmt`` prints for a parsed and analysed file, or None when
+    the file has syntax errors (its layout is unknown, so it is not
+    formatted). A file that parses but does not check is laid out as
+    written: which tensors to declare is unknown."""
+    from leir.printer import print_program
+
+    if not parsed.ok:
+        return None
+    program = canonical_program(analysis) if analysis.ok else parsed.program
+    return print_program(program, "canonical")
+
+
 def _restates(t: TensorInfo, inferred: TensorInfo | None) -> bool:
     """Whether a declaration of ``t`` says nothing inference does not."""
     return (

@@ -1,7 +1,9 @@
 """``initialized``: the client has the server's capabilities and is ready.
 
 Say which server and version answered, in the client's log (in VS Code, the
-"leir-lsp" output channel), so a bug report can name them.
+"leir-lsp" output channel), so a bug report can name them; then read the
+``leir`` settings section when the client can answer
+``workspace/configuration``.
 """
 
 from __future__ import annotations
@@ -11,10 +13,14 @@ import logging
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
+from leir_server import configuration
+
 logger = logging.getLogger(__name__)
 
 
-def handle(server: LanguageServer, params: types.InitializedParams) -> None:
+async def handle(server: LanguageServer, params: types.InitializedParams) -> None:
     message = f"{server.name} {server.version} ready"
     logger.info(message)
     server.window_log_message(types.LogMessageParams(type=types.MessageType.Info, message=message))
+    if configuration.client_can_pull(server):
+        await configuration.pull(server)

@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # imported lazily: the server must answer initialize fast
 
     from leir.diagnostics import SourceText
     from leir.document import CheckedFile, LeirDocument
+    from leir.tvmscript.discovery import KernelSource
 
 logger = logging.getLogger(__name__)
 
@@ -169,8 +170,19 @@ class DocumentSnapshot:
 
         if self.too_large:
             return CheckedFile(self.text, self.source, [error(
-                _whole(self.text), f"{len(self.text)} characters is more than the {MAX_DOCUMENT_BYTES} leir checks")])
+                _whole(self.text), "document-too-large",
+                f"{len(self.text)} characters is more than the {MAX_DOCUMENT_BYTES} leir checks; not checked")])
         return check_text(self.text, self.language)
+
+    @cached_property
+    def kernels(self) -> "list[KernelSource]":
+        """The TVMScript kernels of a Python document, read from its syntax
+        tree (no TVM import, nothing runs); [] for a ``.leir`` document."""
+        if self.language != "tvmscript" or self.too_large:
+            return []
+        from leir.tvmscript.discovery import find_kernels
+
+        return find_kernels(self.text)[0]
 
     @cached_property
     def leir(self) -> "LeirDocument | None":
@@ -220,6 +232,15 @@ class Session:
     #: order, each a JSON object (id, args, title, latency_before_ms,
     #: latency_after_ms, speedup, reasoning).
     trajectories: dict[tuple[str, str], list[dict]] = field(default_factory=dict)
+    #: uri -> Hint diagnostics (the top suggestions, filled on save when
+    #: ``suggestions_on_save`` is set); published after the document's own
+    #: diagnostics until the next change clears them.
+    hints: dict[str, list[types.Diagnostic]] = field(default_factory=dict)
+    #: uri -> (version, diagnostics) last published from the checks, so that
+    #: new hints can be published without checking again.
+    published: dict[str, tuple[int | None, list[types.Diagnostic]]] = field(default_factory=dict)
+    #: uri -> the pending (debounced) check and publish of that document.
+    checks: dict[str, Any] = field(default_factory=dict)
     _snapshots: dict[str, DocumentSnapshot] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -230,6 +251,8 @@ class Session:
 
     def close(self, uri: str) -> None:
         self.languages.pop(uri, None)
+        self.hints.pop(uri, None)
+        self.published.pop(uri, None)
         with self._lock:
             self._snapshots.pop(uri, None)
 

@@ -6,6 +6,10 @@ from pathlib import Path
 
 import pytest
 
+# The real leir-lsp over stdio (pytest-lsp): the ``leir_lsp`` and ``bare_lsp``
+# fixtures; helpers (LeirClient, marked, pos, rng) are imported from lsp_fixtures.
+from lsp_fixtures import bare_lsp, leir_lsp  # noqa: F401
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -1,0 +1,17 @@
+"""``textDocument/didChange``: pygls has applied the edits (incremental
+sync) to its copy of the text; what is left is to drop the hints published
+for the previous version and check the new one once typing pauses."""
+
+from __future__ import annotations
+
+from lsprotocol import types
+
+from leir_server import diagnostics
+
+
+def handle(server, params: types.DidChangeTextDocumentParams) -> None:
+    uri = params.text_document.uri
+    if uri not in server.session.languages:
+        return
+    server.session.hints.pop(uri, None)  # they were computed on the old text
+    diagnostics.schedule(server, uri)

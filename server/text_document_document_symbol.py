@@ -1,0 +1,56 @@
+"""``textDocument/documentSymbol``: the outline of a document, as a tree:
+kernel -> loop nests -> loops, with tensors as variables (``leir.outline``)."""
+
+from __future__ import annotations
+
+import re
+
+from lsprotocol import types
+
+from leir_server.session import uri_to_path
+
+_KIND = {
+    "kernel": types.SymbolKind.Function,
+    "module": types.SymbolKind.Module,
+    "nest": types.SymbolKind.Namespace,
+    "loop": types.SymbolKind.Operator,
+    "tensor": types.SymbolKind.Variable,
+}
+
+
+def handle(server, params: types.DocumentSymbolParams) -> list[types.DocumentSymbol] | None:
+    snapshot = server.session.snapshot(params.text_document.uri)
+    if snapshot is None or snapshot.too_large:
+        return None
+    from leir import outline
+
+    if snapshot.language == "leir":
+        doc = snapshot.leir
+        symbols = outline.leir_symbols(snapshot.text, kernel_name(snapshot.uri), doc.program, doc.analysis)
+    else:
+        symbols = outline.tvmscript_symbols(snapshot.text)
+    return [_lsp(snapshot, s) for s in symbols]
+
+
+def kernel_name(uri: str) -> str:
+    """A ``.leir`` file's one kernel is named after the file, as ``leir
+    convert`` names it."""
+    path = uri_to_path(uri) or uri
+    stem = re.sub(r"\.leir$", "", path.rsplit("/", 1)[-1])
+    name = re.sub(r"\W", "_", stem)
+    return name if name.isidentifier() else "main"
+
+
+def _lsp(snapshot, symbol) -> types.DocumentSymbol:
+    range_ = snapshot.range(symbol.span)
+    selection = snapshot.range(symbol.selection)
+    if not (symbol.span.start <= symbol.selection.start and symbol.selection.end <= symbol.span.end):
+        selection = types.Range(start=range_.start, end=range_.start)  # LSP requires it inside the range
+    return types.DocumentSymbol(
+        name=symbol.name or "?",  # an empty name is invalid in LSP
+        kind=_KIND[symbol.kind],
+        range=range_,
+        selection_range=selection,
+        detail=symbol.detail or None,
+        children=[_lsp(snapshot, c) for c in symbol.children],
+    )

@@ -1,0 +1,21 @@
+"""``textDocument/foldingRange``: loop bodies, comment blocks and, in
+Python files, TVMScript kernels (``leir.outline``)."""
+
+from __future__ import annotations
+
+from lsprotocol import types
+
+_KIND = {"region": types.FoldingRangeKind.Region, "comment": types.FoldingRangeKind.Comment}
+
+
+def handle(server, params: types.FoldingRangeParams) -> list[types.FoldingRange] | None:
+    snapshot = server.session.snapshot(params.text_document.uri)
+    if snapshot is None or snapshot.too_large:
+        return None
+    from leir import outline
+
+    if snapshot.language == "leir":
+        folds = outline.leir_folds(snapshot.text, snapshot.leir.program, snapshot.source)
+    else:
+        folds = outline.tvmscript_folds(snapshot.text, snapshot.source)
+    return [types.FoldingRange(start_line=f.start_line, end_line=f.end_line, kind=_KIND[f.kind]) for f in folds]

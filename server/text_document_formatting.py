@@ -1,0 +1,35 @@
+"""``textDocument/formatting``: the canonical text ``leir fmt`` prints, as
+one edit. A document with syntax errors is not formatted (its layout is
+unknown): the editor gets no edit and a message saying why. Python files
+are left to Python formatters."""
+
+from __future__ import annotations
+
+from lsprotocol import types
+
+
+def handle(server, params: types.DocumentFormattingParams) -> list[types.TextEdit] | None:
+    snapshot = server.session.snapshot(params.text_document.uri)
+    if snapshot is None or snapshot.language != "leir":
+        return None
+    if snapshot.too_large:
+        _refuse(server, "leir: not formatted: the document is too large to check")
+        return None
+    from leir.format import canonical_text
+
+    doc = snapshot.leir
+    text = canonical_text(doc.parsed, doc.analysis)
+    if text is None:
+        errors = [d for d in doc.parsed.diagnostics if d.is_error]
+        first = errors[0]
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        where = doc.source.format_location(first.span)
+        _refuse(server, f"leir: not formatted: syntax error at {where}: {first.message}{more}")
+        return None
+    if text == snapshot.text:
+        return []
+    return [types.TextEdit(range=snapshot.whole_range(), new_text=text)]
+
+
+def _refuse(server, message: str) -> None:
+    server.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=message))

@@ -1,0 +1,58 @@
+"""``textDocument/semanticTokens/full``: a class for every loop kind, loop
+variable, tensor, function, dtype and scope, number, operator and comment of
+a ``.leir`` document (``leir.outline.leir_tokens``).
+
+Only ``.leir`` documents: a Python file's colours are its Python language
+server's business, and an editor uses one provider's tokens per document.
+"""
+
+from __future__ import annotations
+
+from lsprotocol import types
+
+# The legend is spelled out here, not imported from leir.outline, so that
+# registering the handler imports nothing of leir; a test checks that the two
+# lists agree.
+TOKEN_TYPES = ["keyword", "parameter", "variable", "function", "number", "operator", "comment", "type"]
+TOKEN_MODIFIERS = ["declaration", "readonly"]
+
+OPTIONS = types.SemanticTokensRegistrationOptions(
+    legend=types.SemanticTokensLegend(token_types=TOKEN_TYPES, token_modifiers=TOKEN_MODIFIERS),
+    full=True,
+    document_selector=[
+        types.TextDocumentFilterLanguage(language="leir"),
+        types.TextDocumentFilterPattern(pattern="**/*.leir"),
+    ],
+)
+
+
+def handle(server, params: types.SemanticTokensParams) -> types.SemanticTokens:
+    snapshot = server.session.snapshot(params.text_document.uri)
+    if snapshot is None or snapshot.language != "leir" or snapshot.too_large:
+        return types.SemanticTokens(data=[])
+    from leir import outline
+
+    doc = snapshot.leir
+    return types.SemanticTokens(data=encode(snapshot, outline.leir_tokens(snapshot.text, doc.program, doc.analysis)))
+
+
+def encode(snapshot, tokens) -> list[int]:
+    """LSP's relative encoding: per token, line delta, start delta (from the
+    previous token on the same line), length, type index, modifier bits."""
+    types_index = {name: i for i, name in enumerate(TOKEN_TYPES)}
+    modifier_bit = {name: 1 << i for i, name in enumerate(TOKEN_MODIFIERS)}
+    data: list[int] = []
+    prev_line = prev_char = 0
+    for token in tokens:
+        start = snapshot.position(token.start)
+        end = snapshot.position(token.end)
+        if end.line != start.line or end.character <= start.character:
+            continue  # tokens never span lines; skip rather than mislead
+        delta_line = start.line - prev_line
+        delta_char = start.character - prev_char if delta_line == 0 else start.character
+        bits = 0
+        for m in token.modifiers:
+            bits |= modifier_bit[m]
+        data += [delta_line, delta_char, end.character - start.character, types_index[token.type], bits]
+        prev_line, prev_char = start.line, start.character
+    return data
