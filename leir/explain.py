@@ -862,9 +862,9 @@ def _loops_text(loops: Sequence[A.Loop]) -> str:
     return ", ".join(f"{l.var} ({l.extent})" for l in loops)
 
 
-def _contiguity(w: _Writer, before: _Side, after: _Side, block: str) -> None:
+def _contiguity(w: _Writer, before: _Side, after: _Side, block: str, quiet: bool = False) -> None:
     """Which accesses of ``block`` become contiguous (or stop being) along
-    the innermost loop."""
+    the innermost loop (``quiet``: nothing said when no stride changes)."""
     bi, ai = before.info(block), after.info(block)
     if bi is None or ai is None or not bi.loops or not ai.loops:
         return
@@ -872,6 +872,8 @@ def _contiguity(w: _Writer, before: _Side, after: _Side, block: str) -> None:
     if [r[0] for r in b_rows] != [r[0] for r in a_rows]:
         return
     b_in, a_in = _innermost(bi), _innermost(ai)
+    if quiet and [r[2] for r in b_rows] == [r[2] for r in a_rows]:
+        return
     if b_in.var != a_in.var:
         w.say(f"The innermost loop of {block} becomes {a_in.var} ({a_in.extent} iterations; was {b_in.var}).",
               innermost_before=b_in.var, innermost_after=a_in.var)
@@ -1104,7 +1106,7 @@ def _split(w: _Writer, before: _Side, after: _Side, step) -> None:
                   guarded_iterations=outer * inner - loop.extent)
             w.risk(f"the imperfect split adds a guard tested on all {outer * inner} iterations")
     said = _reuse_changes(w, before, after, block)
-    _contiguity(w, before, after, block)
+    _contiguity(w, before, after, block, quiet=True)
     if not said and not w.facts.get("stride_changes"):
         w.say("The strides along the innermost loop and the reuse distances are the same before and after: "
               f"the split by itself keeps the iteration order; it makes an inner loop of "
@@ -1138,7 +1140,7 @@ def _tile(w: _Writer, before: _Side, after: _Side, step) -> None:
                 w.say(f"One tile (one iteration of {tile_outer.var}) touches {parts}: {human_bytes(total)}"
                       + (f", which {where}." if where else "."), tile_working_set=ws, tile_working_set_bytes=total)
     said = _reuse_changes(w, before, after, block)
-    _contiguity(w, before, after, block)
+    _contiguity(w, before, after, block, quiet=True)
     if bi is not None and ai is not None:
         added = len(ai.loops) - len(bi.loops)
         w.facts["loops_added"] = added
@@ -1328,10 +1330,13 @@ def _cache_copy(w: _Writer, before: _Side, after: _Side, step) -> None:
               cache_tensor=t.name, cache_scope=t.scope, cache_bytes=nbytes, copy_elements=copy_elems)
         w.facts["temporaries_said"] = True
         original = before.analysis.tensors.get(tensor)
+        user = after.info(args.get("block"))
+        separate = user is not None and all(not any(l is m for m in user.loops) for i in copies for l in i.loops)
         if original is not None and t.size >= original.size:
-            w.say(f"{t.name} holds all {human_count(original.size)} elements of {tensor}: the copy adds "
-                  f"{human_bytes(nbytes)} of traffic each way and keeps nothing smaller than {tensor} close to "
-                  f"the computation until a later step (compute_at) moves it into a loop of {args.get('block')}.")
+            w.say(f"{t.name} is a full copy: it holds all {human_count(original.size)} elements of {tensor}, "
+                  f"so the copy reads and writes {human_bytes(nbytes)} more than the program did before"
+                  + (f"; it runs in a nest of its own, outside every loop of {args.get('block')}." if separate else "."),
+                  copy_in_own_nest=separate)
             w.risk(f"{t.name} is a full copy of {tensor} ({human_bytes(nbytes)})")
 
 
@@ -1529,7 +1534,8 @@ def describe_loop(analysis: Analysis, *, at: int | None = None, block: str | Non
     if f is None:
         return None
     machine = machine or Machine.detect()
-    lines = [f"**loop {_code(f.var)}**: {f.kind_name} ({f.kind}), {f.extent} iterations"
+    bound = f" to {A.THREAD_AXES[f.var]}" if f.kind == "B" and f.var in A.THREAD_AXES else ""
+    lines = [f"**loop {_code(f.var)}**: {f.kind_name} ({f.kind}){bound}, {f.extent} iterations"
              + (f" from {f.start}" if f.start else "")]
     if f.outer:
         lines.append(f"- inside {', '.join(f'{v} ({e})' for v, _, e in f.outer)}; trip count "
