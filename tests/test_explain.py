@@ -463,3 +463,59 @@ def test_the_examples_in_docs_reasoning_md_are_what_the_code_says():
     par = step_reasoning(analysis(before), analysis(before.replace("L^{4}_{j}", "P^{4}_{j}")),
                          Step("parallelize", {"block": "Y", "loop": "j"}), measured=(0.01, 0.9), machine=MACHINE)
     assert quotes == [tile.text, par.text]
+
+
+def test_bind_on_cuda_counts_blocks_and_threads_and_the_warp():
+    before = "L^{64}_{i}\n  L^{48}_{j} [\n    Y_{i,j} = X_{i,j}*2.0;\n  ];\n"
+    mid = before.replace("L^{64}_{i}", "B^{64}_{bx}").replace("_{i,", "_{bx,")
+    after = mid.replace("L^{48}_{j}", "B^{48}_{tx}").replace(",j}", ",tx}")
+    r = step_reasoning(analysis(mid), analysis(after), Step("bind", {"block": "Y", "loop": "j", "axis": "tx"}),
+                       target="cuda", machine=MACHINE)
+    assert "Binds loop j (48 iterations) of Y to threadIdx.x: the kernel now has 64 blocks of 48 threads" in r.text
+    assert "48 threads per block is not a multiple of the 32-thread warp" in r.text
+    assert "Y_{bx,tx} and X_{bx,tx} are contiguous" in r.text
+    assert "machine" not in r.facts and "L1d" not in r.text  # no CPU facts on a GPU target
+
+
+def test_cache_read_names_the_copy_and_its_size():
+    before = MATMUL
+    after = """\
+tmp X_local: f32[128,256] @l
+
+L^{128}_{ax0}
+  L^{256}_{ax1} [
+    X_local_{ax0,ax1} = X_{ax0,ax1};
+  ];
+
+L^{128}_{i}
+  L^{96}_{j}
+    L^{256}_{k} [
+      C_{i,j} += X_local_{i,k}*W_{k,j};
+    ];
+"""
+    step = Step("cache_read", {"block": "C", "tensor": "X", "scope": "l"})
+    r = step_reasoning(analysis(before), analysis(after), step, machine=MACHINE)
+    assert "C now reads X through X_local (f32[128,256] in local memory, 128 KiB)" in r.text
+    assert "the copy between them moves 32.8K elements" in r.text and r.facts["copy_elements"] == 128 * 256
+    assert "outside every loop of C" in r.text
+    assert r.text.count("X_local (") == 1  # the temporary is not announced twice
+
+
+@pytest.mark.parametrize("text", [
+    MATMUL,
+    "L^{4}_{i} [\n  Y_{i} = X_{j};\n];\n",            # an error: j is not a loop
+    "Y = X + 1.0;\n",                                  # no loop at all
+    "L^{4}_{i} [\n  Y_{i//0} = X_{i*i};\n];\n",        # division by zero, a product of variables
+])
+def test_hover_at_every_offset_never_fails(text):
+    a = load_leir(text).analysis
+    for at in range(len(text) + 1):
+        for describe in (describe_loop, describe_access):
+            out = describe(a, at=at, machine=MACHINE)
+            assert out is None or isinstance(out, str)
+
+
+def test_a_step_naming_a_missing_block_is_explained_without_failing():
+    r = step_reasoning(analysis(ROWS), analysis(ROWS), Step("parallelize", {"block": "nope", "loop": "i"}),
+                       measured=(1.0, 1.0), machine=MACHINE)
+    assert r.sentences and "measurement noise" in r.text
