@@ -13,6 +13,7 @@ primitive for).
 
 from __future__ import annotations
 
+import os
 from types import ModuleType
 
 from leir import ast as A
@@ -201,7 +202,9 @@ def _apply_schedule(t: ModuleType, ctx: Context, step: Step) -> A.Program:
     sch = tvm.s_tir.Schedule(ctx.func)
     try:
         t.schedule(sch, ctx, step.args)
-    except tvm.s_tir.ScheduleError as e:
+    except Exception as e:  # noqa: BLE001 - only TVM's refusals are mapped; anything else is re-raised
+        if not _raised_by_tvm(e):
+            raise
         detail = _schedule_error_message(e)
         raise TvmRefused(f"TVM refused {step.id}: {detail.splitlines()[0] if detail else 'schedule error'}", detail) from None
     before = raise_func(ctx.func)
@@ -209,13 +212,45 @@ def _apply_schedule(t: ModuleType, ctx: Context, step: Step) -> A.Program:
     return splice(ctx.program, before, after)
 
 
+def _raised_by_tvm(e: BaseException) -> bool:
+    """Whether TVM refused (rather than our code failing). With apache-tvm-ffi,
+    TVM 0.27 raises a ``ScheduleError`` for a schedule primitive's documented
+    preconditions, but a failed ``ICHECK`` comes back as a plain ``ValueError``
+    or ``InternalError``, a missing map key as ``KeyError`` (each marked with
+    ``__tvm_ffi_error__``), and the argument checks of TVM's Python wrappers
+    raise ``TypeError``/``AssertionError`` from TVM's own files."""
+    import tvm
+
+    if isinstance(e, tvm.s_tir.ScheduleError) or hasattr(e, "__tvm_ffi_error__"):
+        return True
+    if not isinstance(e, Exception):
+        return False
+    import traceback
+
+    import tvm_ffi
+
+    frames = traceback.extract_tb(e.__traceback__)
+    packages = [os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (tvm, tvm_ffi)]
+    return bool(frames) and os.path.abspath(frames[-1].filename).startswith(tuple(packages))
+
+
 def _schedule_error_message(e: Exception) -> str:
+    """The informative part of a TVM error: after "Error message:" for a
+    ``ScheduleError``; else its last line, without an ``ICHECK``'s
+    "Check failed: (...) is false:" prefix, named by its type when that says
+    something ("KeyError: 'key is not in Map'")."""
     text = str(e)
     marker = "Error message:"
     if marker in text:
         return text.split(marker, 1)[1].strip()
     lines = [l for l in text.splitlines() if l.strip()]
-    return lines[-1].strip() if lines else type(e).__name__
+    last = lines[-1].strip() if lines else ""
+    if last.startswith("Check failed:") and " is false:" in last:
+        last = last.split(" is false:", 1)[1].strip()
+    if not last:
+        return type(e).__name__
+    # A failed check reads as it is; other kinds say what they are.
+    return last if type(e) in (ValueError, RuntimeError) else f"{type(e).__name__}: {last}"
 
 
 def replay(program, trace: list[Step], name: str = "main") -> A.Program:
