@@ -105,6 +105,9 @@ class BuildConfig:
     rpc: str | None = None
     #: Only these workload file names (all ``*.leir`` when empty).
     only: list[str] = field(default_factory=list)
+    #: (index, count): this build takes every count-th workload from index
+    #: on, so that ``count`` machines can build disjoint parts of one dataset.
+    shard: tuple[int, int] | None = None
     workloads_list: list[str] = field(default_factory=list)
 
     def check(self) -> None:
@@ -546,6 +549,11 @@ def build(cfg: BuildConfig, engine=None, progress: bool = True) -> BuildSummary:
         if unknown:
             raise DatasetError(f"--only: no {', '.join(unknown)} in {cfg.workloads}")
         names = [n for n in names if n in set(cfg.only)]
+    if cfg.shard is not None:
+        index, count = cfg.shard
+        if not (count >= 1 and 0 <= index < count):
+            raise DatasetError(f"--shard {index}/{count}: expected I/N with 0 <= I < N")
+        names = names[index::count]
     if not names:
         raise DatasetError(f"--workloads {cfg.workloads}: no .leir files")
     cfg.workloads_list = names

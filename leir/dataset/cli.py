@@ -37,6 +37,8 @@ def add_parser(sub) -> None:
     b.add_argument("--verify", choices=["engine", "full"], default="engine",
                    help="engine: the engine's build check + NumPy equivalence (default); full: leir.transforms.verify")
     b.add_argument("--only", nargs="+", metavar="FILE", default=[], help="only these workload file names")
+    b.add_argument("--shard", metavar="I/N", type=_shard,
+                   help="build only every N-th workload from the I-th (0-based): N machines, one dataset")
     b.add_argument("--cache-dir", metavar="DIR", help="measurement cache (default: the user's, as for leir measure)")
     b.add_argument("--no-export", action="store_true", help="do not export (chat.jsonl, Parquet, splits) at the end")
     _export_arguments(b, DEFAULT_CAP, DEFAULT_ALGEBRAIC_CAP)
@@ -66,6 +68,13 @@ def _export_arguments(p, cap: int, algebraic_cap: int) -> None:
     p.add_argument("--no-parquet", action="store_true", help="JSONL only")
 
 
+def _shard(text: str) -> tuple[int, int]:
+    index, sep, count = text.partition("/")
+    if not (sep and index.isdigit() and count.isdigit() and int(index) < int(count)):
+        raise ValueError(text)
+    return int(index), int(count)
+
+
 def cmd_build(args) -> int:
     from leir.dataset.build import BuildConfig, build
 
@@ -73,7 +82,7 @@ def cmd_build(args) -> int:
                       budget=args.budget, target=args.target, seed=args.seed, jobs=args.jobs,
                       trajectories=args.trajectories, explore=args.explore, repeat=args.repeat,
                       min_run_ms=args.min_run_ms, verify=args.verify, cache_dir=args.cache_dir, rpc=args.rpc,
-                      only=list(args.only))
+                      only=list(args.only), shard=args.shard)
     summary = build(cfg)
     print(summary.text(), file=sys.stderr)
     if not args.no_export:
