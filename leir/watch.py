@@ -7,8 +7,10 @@ current program and the best few steps in the background, and keep a table
     watcher.run_once()          # one pass: check, rank, measure, report
     watcher.start(); ...; watcher.stop()   # follow changes until stopped
 
-Rows (``Row``): file, kernel, the current latency (measured, from the cache,
-or "not measured"), the best next step and its expected speedup, which is
+The next steps come from ``leir.suggest`` (the ranking the editor's code
+actions use). Rows (``Row``): file, kernel, the current latency (measured,
+from the cache, or "not measured"), the best next step and its expected
+speedup, which is
 ``latency before / latency after`` of two measurements of this machine's
 target, and is shown only when both were measured: a heuristic rank is never
 presented as a speedup.
@@ -23,7 +25,8 @@ processes, its SQLite cache): cached results are used first and free;
 program first, then the suggestions in rank order). Every suggestion is
 applied and numerically verified against the current program
 (``leir.transforms.verify``) before it is measured; one that fails shows why
-and has no latency. When a file changes again its pending measurements are
+and has no latency. A verified step is remembered (``leir.suggest.
+StepOutcomes``), so the editor's code actions show its measured speedup too. When a file changes again its pending measurements are
 cancelled: they measure a program that no longer exists.
 
 **Bad files** never stop the watcher: a file that vanishes (deleted, or
@@ -46,7 +49,7 @@ from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from leir.errors import LeirError
 
@@ -188,29 +191,33 @@ class Debouncer:
 
 
 class Measurer:
-    """What the watcher needs of a measurement engine: a cache lookup that
-    never measures, and a submission. Wraps ``MeasurementEngine``; tests
-    pass their own."""
+    """What the watcher needs of a measurement engine: cached latencies
+    (``leir.suggest.MeasuredLookup``: the measurement cache and the programs
+    verified steps produced), a submission, and a place to remember what a
+    verified step produced. Wraps ``MeasurementEngine``; tests pass their own."""
 
-    def __init__(self, engine):
+    def __init__(self, engine, measured=None):
+        from leir.suggest import MeasuredLookup
+
         self.engine = engine
         self.target = engine.target
         self.device = engine.device
+        #: A ``MeasuredLookup`` (None without a cache): what ``leir.suggest`` reads.
+        self.measured = measured if measured is not None else MeasuredLookup.for_engine(engine)
 
     def lookup(self, analysis):
-        """The cached ``Measurement`` of ``analysis`` on this engine's
-        target and device, or None."""
-        engine = self.engine
-        if engine.cache is None:
-            return None
-        from leir.measure import measurement_key
+        """The cached ``Measurement`` of exactly ``analysis``, or None."""
+        return self.measured.measured(analysis) if self.measured is not None else None
 
-        key = measurement_key(analysis, getattr(engine, "_target_key", engine.target), engine.device,
-                              engine.toolchain)
-        try:
-            return engine.cache.lookup(key, min_runs=engine.repeat)
-        except LeirError:
-            return None
+    def record(self, before, step, after, namespace: str) -> None:
+        """Remember that the verified ``step`` took ``before`` to ``after``,
+        so that the editor's code actions can show its measured speedup."""
+        outcomes = self.measured.outcomes if self.measured is not None else None
+        if outcomes is not None:
+            try:
+                outcomes.record(before, step, after, namespace)
+            except LeirError as e:
+                logger.warning("%s", e)
 
     def submit(self, analysis, label: str) -> Future:
         return self.engine.submit(analysis, label=label)
@@ -232,9 +239,33 @@ def engine_measurer(target: str = "llvm") -> Measurer:
 
 @dataclass
 class _Kernel:
+    """One kernel of a file: a ``.leir`` file's program, or one PrimFunc of
+    a Python file (raised to LEIR by ``leir.transforms.tvmscript``)."""
+
     name: str
-    analysis: Any  # leir.semantics.Analysis, None when it could not be raised
+    text: str  # the whole file
+    language: str  # "leir" or "tvmscript"
+    analysis: Any = None  # leir.semantics.Analysis; None when it cannot be transformed
     problem: str | None = None
+
+    @property
+    def namespace(self) -> str:
+        """How ``leir.suggest.StepOutcomes`` files its steps."""
+        from leir.suggest import tvmscript_namespace
+
+        return "leir" if self.language == "leir" else tvmscript_namespace(self.name)
+
+    def after(self, step):
+        """The analysed program after ``step`` (typed TransformErrors)."""
+        from leir import transforms
+
+        if self.language == "leir":
+            from leir.semantics import analyze
+
+            return analyze(transforms.apply(self.analysis, step, self.name))
+        from leir.transforms.tvmscript import load_kernel, tvmscript_apply
+
+        return load_kernel(tvmscript_apply(self.text, step, self.name), self.name).ctx.analysis
 
 
 def _first_error(source, diagnostics) -> str | None:
@@ -245,6 +276,7 @@ def _first_error(source, diagnostics) -> str | None:
 
 
 def _leir_stem(path: Path) -> str:
+    """The kernel name ``leir apply`` gives a ``.leir`` file."""
     name = path.stem.replace("-", "_").replace(".", "_")
     return name if name.isidentifier() else "main"
 
@@ -261,36 +293,30 @@ def _kernels_of(path: Path, text: str) -> tuple[list[_Kernel], str | None]:
     if language == "leir":
         from leir.document import load_leir
 
-        return [_Kernel(_leir_stem(path), load_leir(text).analysis)], None
+        return [_Kernel(_leir_stem(path), text, "leir", load_leir(text).analysis)], None
     return _tvmscript_kernels(text), None
 
 
 def _tvmscript_kernels(text: str) -> list[_Kernel]:
-    """Each PrimFunc of a Python file's kernels, raised to LEIR."""
+    """Each PrimFunc of a Python file's kernels (a module's functions
+    included), raised to LEIR."""
     import tvm
 
     from leir import tvmscript
-    from leir.raise_tir import raise_func
-    from leir.semantics import analyze
+    from leir.transforms.tvmscript import load_kernel
 
-    out = []
+    names = []
     for k in tvmscript.load_document(text).kernels:
-        if k.module is None:
-            continue
-        for gv, func in k.module.functions.items():
-            if not isinstance(func, tvm.tirx.PrimFunc):
-                continue
-            name = gv.name_hint
-            try:
-                analysis = analyze(raise_func(func))
-            except Exception as e:  # noqa: BLE001 - raising reports what it cannot express by raising
-                out.append(_Kernel(name, None, f"not expressible in LEIR: {getattr(e, 'short', None) or e}"))
-                continue
-            problem = None
-            if not analysis.ok:
-                first = next(d for d in analysis.diagnostics if d.is_error)
-                problem, analysis = f"raised to LEIR that does not check: {first.message}", None
-            out.append(_Kernel(name, analysis, problem))
+        if k.kind == "prim_func":
+            names.append(k.name)
+        elif k.module is not None:
+            names.extend(gv.name_hint for gv, f in k.module.functions.items() if isinstance(f, tvm.tirx.PrimFunc))
+    out = []
+    for name in names:
+        try:
+            out.append(_Kernel(name, text, "tvmscript", load_kernel(text, name).ctx.analysis))
+        except LeirError as e:
+            out.append(_Kernel(name, text, "tvmscript", None, str(e)))
     return out
 
 
@@ -303,21 +329,33 @@ def _might_hold_kernels(text: str) -> bool:
     return bool(kernels)
 
 
-def top_suggestions(analysis, target: str, k: int = TOP_SUGGESTIONS) -> list[Suggestion]:
-    """The ``k`` best-ranked next steps, at most one per (transformation,
-    block, loop): three splits of one loop are one idea, not three."""
-    from leir.optimize import rank
+def top_suggestions(kernel: _Kernel, target: str, k: int = TOP_SUGGESTIONS, measured=None) -> list[Suggestion]:
+    """The ``k`` best next steps of a kernel by ``leir.suggest`` (measured
+    speedups first, then the analysis' rank), at most one per
+    (transformation, block, loop): three splits of one loop are one idea,
+    not three. Only steps that change latency (the ones ``leir.optimize``
+    ranks); operator and algebraic rewrites change what is computed, which
+    is the user's call."""
+    from leir.suggest import suggest
 
     if k <= 0:
         return []
+    found = suggest(kernel.text, kernel.language, kernel=None if kernel.language == "leir" else kernel.name,
+                    target=target, measured=measured)
     out, seen = [], set()
-    for r in rank(analysis, "cuda" if target == "cuda" else "llvm"):
-        a = r.step.args
-        where = (r.step.id, a.get("block"), a.get("loop"), json.dumps(a.get("loops")))
+    for s in found:
+        if s.score <= 0 and s.speedup is None:
+            continue
+        a = s.step.args
+        where = (s.step.id, a.get("block"), a.get("loop"), json.dumps(a.get("loops")))
         if where in seen:
             continue
         seen.add(where)
-        out.append(Suggestion(r.step.to_json(), r.title, tuple(r.facts)))
+        row = Suggestion(s.step.to_json(), s.title, tuple(s.facts))
+        if s.after is not None and s.after.median_ms is not None:
+            # Applied, verified and measured before (an editor's code action, an earlier pass).
+            row.status, row.latency_ms = "cached", s.after.median_ms
+        out.append(row)
         if len(out) == k:
             break
     return out
@@ -365,6 +403,7 @@ class Watcher:
         #: Re-checks per file (relative name), for callers that count work.
         self.checks: dict[str, int] = {}
         self._measurer = measurer
+        self._lookup_only = None  # a MeasuredLookup when budget is 0 and no measurer was given
         self._files: dict[str, _FileState] = {}
         self._lock = threading.RLock()
         self._wake = threading.Condition(self._lock)
@@ -474,7 +513,8 @@ class Watcher:
                 rows.append(Row(rel, k.name, "errors", k.problem))
                 continue
             try:
-                row = Row(rel, k.name, suggestions=top_suggestions(k.analysis, self.target, self.suggestions))
+                row = Row(rel, k.name, suggestions=top_suggestions(k, self.target, self.suggestions,
+                                                                   self._measured_lookup()))
             except Exception as e:  # noqa: BLE001 - a bug in ranking costs the suggestions, not the row
                 logger.exception("ranking %s:%s", rel, k.name)
                 row = Row(rel, k.name, "ok", f"could not rank the next steps: {type(e).__name__}: {e}")
@@ -502,6 +542,8 @@ class Watcher:
             for s in list(row.suggestions):
                 if self._current(rel, generation) is None:
                     return
+                if s.status == "cached":
+                    continue  # applied, verified and measured before (leir.suggest found it)
                 after = self._applied(rel, generation, kernel, s)
                 if after is None:
                     continue
@@ -510,6 +552,7 @@ class Watcher:
                     continue  # stays "not measured"
                 if not self._verified(rel, generation, kernel, s, after):
                     continue
+                self._record(kernel, s, after)
                 left = self._measure_program(rel, generation, row, s, after, left, kernel.name, cached=cached)
 
     def _measurer_now(self) -> Measurer:
@@ -517,14 +560,47 @@ class Watcher:
             self._measurer = engine_measurer(self.target)
         return self._measurer
 
-    def _lookup(self, analysis):
-        if self.budget == 0 and self._measurer is None:
-            # Nothing will be measured: open the cache without starting an engine.
-            return _cache_only_lookup(analysis, self.target)
+    def _measured_lookup(self):
+        """The cached latencies ``leir.suggest`` reads (a ``MeasuredLookup``), or None."""
+        if self._measurer is None and self.budget == 0:
+            # Nothing will be measured: read the cache without an engine.
+            if self._lookup_only is None:
+                from leir.suggest import MeasuredLookup
+
+                try:
+                    self._lookup_only = MeasuredLookup.for_target(self.target) or False
+                except LeirError as e:
+                    logger.warning("%s", e)
+                    self._lookup_only = False
+            return self._lookup_only or None
         try:
+            return getattr(self._measurer_now(), "measured", None)
+        except LeirError as e:
+            logger.warning("%s", e)
+            return None
+
+    def _lookup(self, analysis):
+        try:
+            if self._measurer is None and self.budget == 0:
+                lookup = self._measured_lookup()
+                return lookup.measured(analysis) if lookup is not None else None
             return self._measurer_now().lookup(analysis)
         except LeirError:
             return None
+
+    def _record(self, kernel: _Kernel, s: Suggestion, after) -> None:
+        from leir.transforms import step_from_json
+
+        step = step_from_json(s.step)
+        if self._measurer is not None:
+            self._measurer.record(kernel.analysis, step, after, kernel.namespace)
+        else:
+            lookup = self._measured_lookup()
+            if lookup is not None and lookup.outcomes is not None:
+                try:
+                    lookup.outcomes.record(kernel.analysis, step, after, kernel.namespace)
+                except LeirError as e:
+                    logger.warning("%s", e)
 
     def _set(self, rel: str, generation: int, target: Row | Suggestion, **values) -> bool:
         with self._lock:
@@ -538,13 +614,10 @@ class Watcher:
 
     def _applied(self, rel, generation, kernel: _Kernel, s: Suggestion):
         """The analysed program after ``s``, or None (and why, in its status)."""
-        from leir import transforms
-        from leir.semantics import analyze
         from leir.transforms import TransformError, step_from_json
 
         try:
-            program = transforms.apply(kernel.analysis, step_from_json(s.step), kernel.name)
-            return analyze(program)
+            return kernel.after(step_from_json(s.step))
         except TransformError as e:
             self._set(rel, generation, s, status=f"not applicable: {e.short}")
         except Exception as e:  # noqa: BLE001 - TVM raises anything
@@ -777,22 +850,6 @@ class Watcher:
                 self._measurer.close()
             except Exception:  # noqa: BLE001
                 logger.exception("closing the measurement engine")
-
-
-def _cache_only_lookup(analysis, target: str):
-    """The cached measurement of ``analysis`` on this machine's ``target``
-    without starting an engine (budget 0), or None."""
-    try:
-        from leir.measure import MeasurementCache, measurement_key
-        from leir.measure.device import cpu_name, gpu_name
-        from leir.measure.key import default_toolchain
-        from leir.measure.timing import DEFAULT_REPEAT
-
-        device = cpu_name() if target == "llvm" else (gpu_name() or "cuda")
-        with MeasurementCache() as cache:
-            return cache.lookup(measurement_key(analysis, target, device, default_toolchain()), min_runs=DEFAULT_REPEAT)
-    except LeirError:
-        return None
 
 
 class _Events:

@@ -63,10 +63,12 @@ class FakeMeasurer:
 
     target = "llvm"
     device = "test device"
+    measured = None  # no MeasuredLookup: leir.suggest ranks without cached latencies
 
     def __init__(self, cached: dict[str, float] | None = None):
         self.cached = cached or {}
         self.submitted: list[tuple[str, str, Future]] = []  # (label, program text, future)
+        self.recorded: list[tuple[str, dict, str, str]] = []  # (before text, step, after text, namespace)
 
     @staticmethod
     def text(analysis) -> str:
@@ -77,6 +79,9 @@ class FakeMeasurer:
     def lookup(self, analysis):
         ms = self.cached.get(self.text(analysis))
         return None if ms is None else FakeMeasurement(ms, cached=True)
+
+    def record(self, before, step, after, namespace):
+        self.recorded.append((self.text(before), step.to_json(), self.text(after), namespace))
 
     def submit(self, analysis, label):
         future = Future()
@@ -292,11 +297,33 @@ def test_cache_first_then_new_measurements_within_the_budget(tmp_path):
     measurer.submitted[0][2].set_result(FakeMeasurement(8.0))
     measurer.submitted[1][2].set_result(FakeMeasurement(2.5))
 
+    # The two verified steps are remembered for the editor's code actions.
+    assert [(step, namespace) for _, step, _, namespace in measurer.recorded] == [
+        (s.step, "leir") for s in row.suggestions[:2]]
+    assert [after for *_, after, _ in measurer.recorded] == [text for _, text, _ in measurer.submitted]
+
     row = only_row(w, "scale.leir")
     assert [s.latency_ms for s in row.suggestions] == [8.0, 2.5, None]
     assert row.best is row.suggestions[1]
     assert row.speedup == pytest.approx(4.0 / 2.5)
     assert not w.busy()
+
+
+@pytest.mark.slow
+def test_a_python_kernels_step_is_applied_to_the_kernel_verified_and_measured(tmp_path):
+    (tmp_path / "kernels.py").write_text(TVMSCRIPT)
+    measurer = FakeMeasurer()
+    w = Watcher(tmp_path, budget=2, suggestions=1, measurer=measurer)
+
+    w.run_once(timeout_s=0)
+
+    row = only_row(w, "kernels.py")
+    [suggestion] = row.suggestions
+    assert [label for label, _, _ in measurer.submitted] == ["kernels.py:scale", f"kernels.py:scale {suggestion.title}"]
+    [(before, step, after, namespace)] = measurer.recorded
+    assert (step, namespace) == (suggestion.step, "tvmscript:scale")
+    assert (before, after) == (measurer.submitted[0][1], measurer.submitted[1][1])
+    assert before != after
 
 
 @pytest.mark.slow
