@@ -4,6 +4,7 @@ program and its roofline, the device's peaks, and the vendor reference."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 
@@ -41,6 +42,38 @@ def test_calls_per_run_make_a_run_last_the_minimum():
     assert T.calls_per_run(0.0003, min_run_ms=10) == 34
     assert T.calls_per_run(0.5, min_run_ms=10) == 1
     assert T.calls_per_run(0.0, min_run_ms=10) == T.MAX_CALLS_PER_RUN
+
+
+class ScriptedModule:
+    """A stand-in for a TVM module: each ``time_evaluator`` call hands out the
+    next scripted per-call seconds, ``repeat`` of them; records its calls."""
+
+    def __init__(self, seconds):
+        self.seconds = list(seconds)
+        self.evaluators = []
+
+    def time_evaluator(self, function, device, number, repeat, min_repeat_ms):
+        self.evaluators.append((number, repeat))
+
+        def run(*args):
+            results, self.seconds = self.seconds[:repeat], self.seconds[repeat:]
+            return SimpleNamespace(results=results)
+
+        return run
+
+
+def test_one_slow_calibration_call_does_not_shorten_the_runs():
+    # The first call was interrupted (8 ms); the kernel takes 1 ms.
+    module = ScriptedModule([0.008, 0.001, 0.0012] + [0.001] * 3)
+    seconds, number = T.time_module(module, None, [], repeat=3, min_run_ms=10)
+    assert number == 10 and module.evaluators == [(1, 1), (1, 2), (10, 3)]
+    assert seconds == [0.001] * 3
+
+
+def test_a_call_as_long_as_a_run_is_calibrated_once():
+    module = ScriptedModule([0.05] + [0.05] * 3)
+    _, number = T.time_module(module, None, [], repeat=3, min_run_ms=10)
+    assert number == 1 and module.evaluators == [(1, 1), (1, 3)]
 
 
 def test_time_callable_times_each_run_for_at_least_the_minimum():
