@@ -39,7 +39,7 @@ async def pull(server) -> None:
              f"could not read the '{CONFIG_SECTION}' settings from the editor ({type(e).__name__}: {e}); "
              "keeping the current ones")
         return
-    section = result[0] if isinstance(result, list) and result else None
+    section = result[0] if isinstance(result, (list, tuple)) and result else None
     apply(server, section)
 
 

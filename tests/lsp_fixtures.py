@@ -49,6 +49,8 @@ class LeirClient(LanguageClient):
         self.published: list[types.PublishDiagnosticsParams] = []
         self.leir_notifications: list[tuple[str, Any]] = []
         self._versions: dict[str, int] = {}
+        #: What the server answered to ``initialize`` (set by ``initialize``).
+        self.server_capabilities: types.ServerCapabilities | None = None
 
     # ---- documents
 
@@ -150,7 +152,9 @@ CAPABILITIES = types.ClientCapabilities(
 async def initialize(client: LeirClient, capabilities: types.ClientCapabilities = CAPABILITIES,
                      settings: dict | None = None) -> types.InitializeResult:
     client.set_configuration(dict(LEIR_SETTINGS if settings is None else settings), section="leir")
-    return await client.initialize_session(types.InitializeParams(capabilities=capabilities))
+    result = await client.initialize_session(types.InitializeParams(capabilities=capabilities))
+    client.server_capabilities = result.capabilities
+    return result
 
 
 @pytest_lsp.fixture(config=CONFIG)

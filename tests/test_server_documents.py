@@ -27,7 +27,7 @@ async def test_open_publishes_diagnostics_with_the_version(leir_lsp: LeirClient)
 
 
 async def test_a_syntax_error_is_published_at_its_range(leir_lsp: LeirClient):
-    uri = await leir_lsp.open("bad.leir", "L^{4}_{i} [\n  Y_{i} = X_{i} $ 1;\n];\n")
+    uri = await leir_lsp.open("bad.leir", "L^{4}_{i} [\n  Y_{i} = X_{i} $ + 1;\n];\n")
 
     published = await leir_lsp.wait_for_diagnostics(uri, version=1)
 
@@ -181,7 +181,7 @@ async def test_folding_ranges_cover_loop_bodies_and_comment_blocks(leir_lsp: Lei
 async def test_semantic_tokens_classify_loops_tensors_and_functions(leir_lsp: LeirClient):
     text = "L^{4}_{i} [ Y_{i} = exp(X_{i}) * 2; ];  # note\n"
     uri = await leir_lsp.open("tokens.leir", text)
-    legend = leir_lsp.protocol.server_capabilities.semantic_tokens_provider.legend
+    legend = leir_lsp.server_capabilities.semantic_tokens_provider.legend
 
     result = await leir_lsp.text_document_semantic_tokens_full_async(
         types.SemanticTokensParams(text_document=_doc(uri)))
