@@ -297,6 +297,9 @@ class LeirExtension {
       provideDefinition: (doc, pos, token, next) => (attached(doc) ? next(doc, pos, token) : undefined),
       provideReferences: (doc, pos, opts, token, next) => (attached(doc) ? next(doc, pos, opts, token) : undefined),
       provideDocumentHighlights: (doc, pos, token, next) => (attached(doc) ? next(doc, pos, token) : undefined),
+      provideDocumentSemanticTokens: (doc, token, next) => (attached(doc) ? next(doc, token) : undefined),
+      provideDocumentSemanticTokensEdits: (doc, previous, token, next) => (attached(doc) ? next(doc, previous, token) : undefined),
+      provideDocumentRangeSemanticTokens: (doc, range, token, next) => (attached(doc) ? next(doc, range, token) : undefined),
     };
   }
 
