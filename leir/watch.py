@@ -636,8 +636,7 @@ class Watcher:
         if not result.ok:
             self._set(rel, generation, s, status=f"verification failed: {result.summary()}")
             return False
-        self._set(rel, generation, s, status=NOT_MEASURED)
-        return True
+        return True  # "verifying" until the measurement (or the cache) says more
 
     def _measure_program(self, rel, generation, row: Row, s: Suggestion | None, analysis, left: int, kernel: str,
                          cached=None) -> int:
