@@ -7,7 +7,9 @@ schedule `tvm.s_tir.meta_schedule.tune_tir(..., max_trials_global=B)` finds
 for the same PrimFunc (the LEIR program lowered). All three are then built
 and timed again by the same function (TVM's time_evaluator: one warm-up
 call, `--repeat` runs of at least `--min-repeat-ms` each, median), one after
-the other in this process, so the ratio does not mix two runs' machine load.
+the other in this process, turn about for `--rounds` rounds (median of the
+rounds), so the ratio does not mix two moments of the machine's load. The
+load average is printed beside each row.
 
 MetaSchedule needs `cloudpickle`, `psutil` and `xgboost` (the `bench` extra:
 `pip install -e '.[bench]'`). Its LocalBuilder's default 30 s timeout is too
@@ -36,8 +38,9 @@ sys.path.insert(0, str(REPO))  # this checkout's leir, not an installed one
 DEFAULT_WORKLOADS = ("matmul", "conv2d")
 
 
-def time_module(module, analysis, repeat: int, min_repeat_ms: int) -> float:
-    """Median ms of ``repeat`` runs of the built ``main`` on seeded inputs."""
+def timer(module, analysis, repeat: int, min_repeat_ms: int):
+    """A function returning the median ms of ``repeat`` runs of the built
+    ``main`` on seeded inputs (after one warm-up call, here)."""
     import tvm
 
     from leir.inputs import random_inputs, zeros
@@ -47,8 +50,18 @@ def time_module(module, analysis, repeat: int, min_repeat_ms: int) -> float:
     args = [tvm.runtime.tensor(inputs[t.name], dev) for t in analysis.inputs()]
     args += [tvm.runtime.tensor(zeros(t), dev) for t in analysis.outputs()]
     module["main"](*args)
-    timer = module.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
-    return statistics.median(timer(*args).results) * 1e3
+    evaluator = module.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
+    return lambda: statistics.median(evaluator(*args).results) * 1e3
+
+
+def turn_about(timers: list, rounds: int) -> list[float]:
+    """Each timer's median over ``rounds`` rounds that run them in turn, so
+    that every program sees the same moments of the machine's load."""
+    medians = [[] for _ in timers]
+    for _ in range(rounds):
+        for k, t in enumerate(timers):
+            medians[k].append(t())
+    return [statistics.median(m) for m in medians]
 
 
 def build(func):
@@ -97,6 +110,7 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--min-repeat-ms", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the turn-about timing (default 3)")
     parser.add_argument("--ms-timeout", type=float, default=300.0, help="MetaSchedule builder/runner timeout in seconds")
     parser.add_argument("--docs", help="append the table to this Markdown file")
     args = parser.parse_args(argv)
@@ -111,6 +125,7 @@ def main(argv=None) -> int:
     for name in args.workloads.split(","):
         analysis, _ = load_program(REPO / "examples" / f"{name}.leir")
         print(f"== {name}", flush=True)
+        loads = [os.getloadavg()[0]]
         t0 = time.time()
         ours = optimize(analysis, steps=args.steps, budget=args.budget, strategy="greedy")
         ours_s = time.time() - t0
@@ -129,28 +144,34 @@ def main(argv=None) -> int:
             ms_error = f"{type(e).__name__}: {e}".strip().splitlines()[0][:300]
             traceback.print_exc()
         ms_s = time.time() - t0
-        # One timer for all three, back to back.
-        naive_ms = time_module(compile_program(analysis).module, analysis, args.repeat, args.min_repeat_ms)
+        # One timer for all three, turn about.
+        loads.append(os.getloadavg()[0])
         final = analyze(ours.final)
-        ours_ms = time_module(compile_program(final).module, final, args.repeat, args.min_repeat_ms)
+        timers = [timer(compile_program(analysis).module, analysis, args.repeat, args.min_repeat_ms),
+                  timer(compile_program(final).module, final, args.repeat, args.min_repeat_ms)]
         if ms_error is None:
-            ms_ms = time_module(ms_module, analysis, args.repeat, args.min_repeat_ms)
+            timers.append(timer(ms_module, analysis, args.repeat, args.min_repeat_ms))
             print(f"MetaSchedule: {ms_records} records in its database, {ms_s:.0f} s", flush=True)
-        rows.append((name, naive_ms, ours_ms, len(ours.steps), ours_s, ms_ms, ms_s, ms_error))
+        naive_ms, ours_ms, *rest = turn_about(timers, args.rounds)
+        ms_ms = rest[0] if rest else None
+        loads.append(os.getloadavg()[0])
+        rows.append((name, naive_ms, ours_ms, len(ours.steps), ours_s, ms_ms, ms_s, f"{min(loads):.1f}-{max(loads):.1f}",
+                     ms_error))
 
     header = ("| workload | naive ms | leir optimize ms (steps) | MetaSchedule ms | leir / MetaSchedule speed "
-              "| leir search s | MetaSchedule search s |\n|---|---|---|---|---|---|---|")
+              "| leir search s | MetaSchedule search s | load average |\n|---|---|---|---|---|---|---|---|")
     lines = [header]
-    for name, naive, ours_ms, n_steps, ours_s, ms_ms, ms_s, err in rows:
+    for name, naive, ours_ms, n_steps, ours_s, ms_ms, ms_s, load, err in rows:
         if err is None:
             lines.append(f"| {name} | {naive:.3f} | {ours_ms:.3f} ({n_steps}) | {ms_ms:.3f} | {ms_ms / ours_ms:.2f} "
-                         f"| {ours_s:.0f} | {ms_s:.0f} |")
+                         f"| {ours_s:.0f} | {ms_s:.0f} | {load} |")
         else:
             lines.append(f"| {name} | {naive:.3f} | {ours_ms:.3f} ({n_steps}) | failed: {err} | - | {ours_s:.0f} "
-                         f"| {ms_s:.0f} |")
+                         f"| {ms_s:.0f} | {load} |")
     table = "\n".join(lines)
     cpu = platform.processor() or platform.machine()
-    summary = (f"{args.budget} measured trials each, {args.steps} steps at most for leir; {os.cpu_count()} cores "
+    summary = (f"{args.budget} measured trials each (leir's include its paired confirmations, 2 each), "
+               f"{args.steps} steps at most for leir; timed turn about, {args.rounds} rounds; {os.cpu_count()} cores "
                f"({cpu}); load average at the end {os.getloadavg()[0]:.1f}")
     print()
     print(table)

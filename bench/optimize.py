@@ -5,9 +5,11 @@ For each workload, the greedy search (`leir.optimize.optimize`, the library
 behind `leir optimize`) runs from the serial program with `--steps` and
 `--budget`, measuring through one shared measurement engine
 (`leir.measure`; `LEIR_MEASURE=fallback` uses the in-process fallback
-measurer). Naive and optimized latencies are measured again after the search,
-alternately, with one in-process timer (the search's own figures, also
-shown, are minima over noisy candidates and flatter the result). The vendor column is
+measurer). Naive and optimized latencies are measured again after the search
+by a paired comparison (`MeasurementEngine.compare`: both built fresh in one
+worker, checked, and timed turn about for 3 rounds; median of all runs), so
+both figures come from the same moments of the machine's load. The search's
+own figures are shown beside them, with the load average. The vendor column is
 `leir.measure.vendor_latency` of the naive program: `np.einsum` handed to
 OpenBLAS for a contraction (matmul, batched matmul), else the bundled NumPy
 reference in `examples/references.py` (which computes in float64, so it is
@@ -31,20 +33,15 @@ DEFAULT_WORKLOADS = ("matmul", "batched_matmul", "gemm_bias_relu", "conv2d", "so
                      "sum_axis1", "transpose")
 
 
-def retime(naive, final, rounds: int = 3) -> tuple[float, float]:
-    """Median over ``rounds`` alternating timings of the two programs
-    (in-process, ``FallbackMeasurer``: 7 runs of at least 20 ms each)."""
-    import statistics
+def retime(measurer, naive, final, rounds: int = 3) -> tuple[float, float]:
+    """The naive and the final program timed turn about (``measure_pair``:
+    the engine's paired comparison, or the fallback's)."""
+    from leir.optimize import measure_pair
 
-    from leir.optimize import FallbackMeasurer
-
-    timer = FallbackMeasurer(repeat=7, min_repeat_ms=20)
-    a, b = [], []
-    for _ in range(rounds):
-        ta, tb = timer([naive, final])
-        a.append(ta.ms if ta.ok else float("nan"))
-        b.append(tb.ms if tb.ok else float("nan"))
-    return statistics.median(a), statistics.median(b)
+    p = measure_pair(measurer, naive, final, rounds)
+    if not p.ok:
+        return float("nan"), float("nan")
+    return p.before_ms, p.after_ms
 
 
 def main(argv=None) -> int:
@@ -67,6 +64,7 @@ def main(argv=None) -> int:
     try:
         for name in args.workloads.split(","):
             analysis, _ = load_program(REPO / "examples" / f"{name}.leir")
+            loads = [os.getloadavg()[0]]
             t0 = time.time()
             result = optimize(analysis, steps=args.steps, budget=args.budget, strategy=args.strategy,
                               measurer=measurer)
@@ -75,29 +73,33 @@ def main(argv=None) -> int:
             # fastest-looking one wins, luck included): time the naive and
             # the final program again, alternately, with one timer.
             final = analyze(result.final)
-            naive_ms, final_ms = retime(analysis, final)
+            loads.append(os.getloadavg()[0])
+            naive_ms, final_ms = retime(measurer, analysis, final)
             vendor = vendor_latency(analysis)
+            loads.append(os.getloadavg()[0])
             ids = " ".join(s.id for s in result.steps) or "-"
+            load = f"{min(loads):.1f}-{max(loads):.1f}"
             rows.append((name, naive_ms, final_ms, len(result.steps), ids, vendor, seconds,
-                         result.start_ms, result.final_ms))
+                         result.start_ms, result.final_ms, result.confirmations, result.unconfirmed, load))
             print(f"{name}: search {result.start_ms:.3f} ms -> {result.final_ms:.3f} ms in {len(result.steps)} steps "
-                  f"({ids}), {result.measurements} measurements, {seconds:.0f} s; "
-                  f"re-timed {naive_ms:.3f} ms -> {final_ms:.3f} ms", flush=True)
+                  f"({ids}), {result.measurements} measurements ({result.confirmations} paired confirmations, "
+                  f"{result.unconfirmed} not confirmed), {seconds:.0f} s; "
+                  f"re-timed {naive_ms:.3f} ms -> {final_ms:.3f} ms; load average {load}", flush=True)
     finally:
         if hasattr(measurer, "close"):
             measurer.close()
 
     lines = ["| workload | naive ms | optimized ms | speedup | steps | vendor ms | % of vendor | vendor | search s "
-             "| search's own figures ms |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for name, naive, final, n, ids, vendor, seconds, search_start, search_final in rows:
+             "| search's own figures ms | confirmations (not confirmed) | load average |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, naive, final, n, ids, vendor, seconds, search_start, search_final, conf, unconf, load in rows:
         if vendor is None:
             v_ms, pct, kind = "-", "-", "none"
         else:
             v_ms, pct = f"{vendor.median_ms:.3f}", f"{100 * vendor.median_ms / final:.0f}%"
             kind = "OpenBLAS (np.einsum)" if vendor.kind == "blas-contraction" else "NumPy reference (float64)"
         lines.append(f"| {name} | {naive:.3f} | {final:.3f} | {naive / final:.2f}x | {n}: {ids} | {v_ms} | {pct} "
-                     f"| {kind} | {seconds:.0f} | {search_start:.3f} -> {search_final:.3f} |")
+                     f"| {kind} | {seconds:.0f} | {search_start:.3f} -> {search_final:.3f} | {conf} ({unconf}) | {load} |")
     table = "\n".join(lines)
     summary = (f"{args.strategy}, --steps {args.steps} --budget {args.budget}; measurer "
                f"{type(measurer).__name__}; {os.cpu_count()} cores; {time.time() - started:.0f} s in all; "
