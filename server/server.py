@@ -17,6 +17,7 @@ from importlib.metadata import PackageNotFoundError, version
 from types import ModuleType
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcException
 from pygls.lsp.server import LanguageServer
 
 from leir_server import (
@@ -37,6 +38,7 @@ from leir_server import (
     workspace_did_change_configuration,
     workspace_execute_command,
 )
+from leir_server.protocol import LeirProtocol, report_unreadable_body
 from leir_server.session import Session
 
 SERVER_NAME = "leir-lsp"
@@ -65,8 +67,17 @@ class LeirServer(LanguageServer):
     """A pygls server with the leir session attached."""
 
     def __init__(self, *args, **kwargs):
+        kwargs.setdefault("protocol_cls", LeirProtocol)  # answers what it cannot read
         super().__init__(*args, **kwargs)
         self.session = Session(self)
+
+    def report_server_error(self, error: Exception, source) -> None:
+        # A body that is not UTF-8 or not JSON is the client's mistake: a
+        # warning in its log (and an error answer when it was a request),
+        # not an "Error in server" pop-up.
+        if source is JsonRpcException and report_unreadable_body(self, error):
+            return
+        super().report_server_error(error, source)
 
 
 def server_version() -> str:
