@@ -210,15 +210,15 @@ class LeirExtension {
         this.update({ kind: "server", state: "stopped" });
       }
     });
+    // Registered before start: the server may send them as soon as it is initialized.
+    client.onNotification("leir/status", (s: StatusNotification) => this.update({ kind: "status", status: s }));
+    client.onNotification("leir/trajectory", (t: Trajectory) => this.trajectories.update(t, this.context));
     try {
       await client.start();
     } catch (e) {
       this.client = undefined;
       this.fail(`${command.command} started but the language server did not initialize: ${errorText(e)}`);
-      return;
     }
-    client.onNotification("leir/status", (s: StatusNotification) => this.update({ kind: "status", status: s }));
-    client.onNotification("leir/trajectory", (t: Trajectory) => this.trajectories.update(t, this.context));
   }
 
   async stop(): Promise<void> {
@@ -361,7 +361,7 @@ class LeirExtension {
     return true;
   }
 
-  private async serverCommand_<T>(command: string, arg: object, token?: vscode.CancellationToken): Promise<T | undefined> {
+  private async execute<T>(command: string, arg: object, token?: vscode.CancellationToken): Promise<T | undefined> {
     const client = await this.runningClient();
     if (!client) {
       return undefined;
@@ -396,6 +396,13 @@ class LeirExtension {
   }
 
   private cancelRunning(): void {
+    if (this.running.size === 0 && this.status.measuring) {
+      // Started by the server itself (leir.autoMeasure), not by a command of ours.
+      void vscode.window.showInformationMessage(
+        "LEIR: this measurement was started by the server (leir.autoMeasure); it ends on its own. Turn leir.autoMeasure off to stop them.",
+      );
+      return;
+    }
     for (const cts of this.running) {
       cts.cancel();
     }
@@ -412,7 +419,7 @@ class LeirExtension {
         { location: vscode.ProgressLocation.Window, title: "LEIR: measuring", cancellable: true },
         (_progress, token) => {
           token.onCancellationRequested(() => cts.cancel());
-          return this.serverCommand_<MeasureResult>(SERVER.measure, { uri: doc.uri.toString() }, cts.token);
+          return this.execute<MeasureResult>(SERVER.measure, { uri: doc.uri.toString() }, cts.token);
         },
       );
       if (result && typeof result.median_ms === "number") {
@@ -453,7 +460,7 @@ class LeirExtension {
     const cts = this.track();
     let result: OptimizeResult | undefined;
     try {
-      result = await this.serverCommand_<OptimizeResult>(SERVER.optimize, { uri, steps }, cts.token);
+      result = await this.execute<OptimizeResult>(SERVER.optimize, { uri, steps }, cts.token);
     } finally {
       this.untrack(cts);
     }
@@ -505,7 +512,7 @@ class LeirExtension {
     if (!doc) {
       return;
     }
-    const result = await this.serverCommand_<ConvertResult>(SERVER.convert, { uri: doc.uri.toString() });
+    const result = await this.execute<ConvertResult>(SERVER.convert, { uri: doc.uri.toString() });
     if (!result) {
       return;
     }
@@ -521,7 +528,7 @@ class LeirExtension {
     if (!doc) {
       return;
     }
-    const result = await this.serverCommand_<Trajectory>(SERVER.showTrajectory, { uri: doc.uri.toString() });
+    const result = await this.execute<Trajectory>(SERVER.showTrajectory, { uri: doc.uri.toString() });
     if (result) {
       this.trajectories.show({ ...result, uri: result.uri ?? doc.uri.toString() }, this.context);
     }
