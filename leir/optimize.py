@@ -594,10 +594,22 @@ class Result:
     #: and how many of them did not confirm a gain.
     confirmations: int = 0
     unconfirmed: int = 0
+    #: Beam's and MCTS's paired comparison of the start with the final program.
+    final_check: Paired | None = None
 
     @property
     def final_ms(self) -> float:
         return self.steps[-1].latency_after_ms if self.steps else self.start_ms
+
+    @property
+    def speedup(self) -> float:
+        """Start over final, from ratios each measured at one moment: the
+        final paired comparison (beam, MCTS), else the product of the steps'
+        speedups (greedy: each a paired comparison). ``start_ms / final_ms``
+        would divide figures taken minutes apart under a load that moves."""
+        if self.final_check is not None:
+            return self.final_check.before_ms / self.final_check.after_ms
+        return math.prod(s.speedup for s in self.steps)
 
     @property
     def trace(self) -> list:
@@ -610,7 +622,7 @@ class Result:
 
         return {"start_ms": round(self.start_ms, 4), "steps": [s.to_json() for s in self.steps],
                 "final": print_program(self.final), "final_ms": round(self.final_ms, 4),
-                "speedup": round(self.start_ms / self.final_ms, 3), "strategy": self.strategy,
+                "speedup": round(self.speedup, 3), "strategy": self.strategy,
                 "target": self.target, "measurements": self.measurements, "budget": self.budget,
                 "cache_hits": self.cache_hits, "confirmations": self.confirmations, "unconfirmed": self.unconfirmed,
                 "stop_reason": self.stop_reason, "measurer": self.measurer}
@@ -698,6 +710,7 @@ def optimize(analysis: Analysis, steps: int = 4, budget: int | None = None, stra
         if start.ms is None:
             raise OptimizeError(f"cannot time the starting program: {start.error}")
         rng = random.Random(seed)
+        final_check = None
         if strategy == "greedy":
             best, reason = _greedy(start, steps, meter, rng, target)
         else:
@@ -705,17 +718,19 @@ def optimize(analysis: Analysis, steps: int = 4, budget: int | None = None, stra
             meter.limit -= CONFIRM_COST  # kept for the final confirmation
             best, reason = search(start, steps, meter, rng, target, beam_width=beam_width, iterations=iterations)
             meter.limit += CONFIRM_COST
-            best, reason = _confirm_final(start, best, meter, reason)
+            best, reason, final_check = _confirm_final(start, best, meter, reason)
     finally:
         if owned and hasattr(measurer, "close"):
             measurer.close()
     return Result(start.ms, _trajectory(best, target), best.program, strategy, target, meter.used, budget,
-                  meter.cache_hits, reason, type(measurer).__name__, meter.confirmations, meter.unconfirmed)
+                  meter.cache_hits, reason, type(measurer).__name__, meter.confirmations, meter.unconfirmed,
+                  final_check)
 
 
 def _per_round(meter: Budget, rounds_left: int, reserve: int = 0) -> int:
-    """Candidates to measure this round, leaving ``reserve`` per round left."""
-    return max(1, min(MAX_PER_ROUND, (meter.left - reserve * rounds_left) // max(1, rounds_left)))
+    """Candidates to measure this round: the budget left, less ``reserve``,
+    shared among the rounds left."""
+    return max(1, min(MAX_PER_ROUND, (meter.left - reserve) // max(1, rounds_left)))
 
 
 def _greedy(start: State, steps: int, meter: Budget, rng: random.Random, target: str, **_) -> tuple[State, str]:
@@ -764,19 +779,19 @@ def _greedy(start: State, steps: int, meter: Budget, rng: random.Random, target:
     return current, f"{steps} steps taken"
 
 
-def _confirm_final(start: State, best: State, meter: Budget, reason: str) -> tuple[State, str]:
+def _confirm_final(start: State, best: State, meter: Budget, reason: str) -> tuple[State, str, Paired | None]:
     """Beam and MCTS keep slower intermediate programs on purpose; what they
     return must still be faster than the start under paired re-timing."""
     if best is start:
-        return start, reason
+        return start, reason, None
     paired = measure_pair(meter.measurer, start.analysis, best.analysis) if meter.left >= CONFIRM_COST else None
     if paired is None:
-        return start, "budget spent before the best program's gain could be confirmed"
+        return start, "budget spent before the best program's gain could be confirmed", None
     meter.confirmations += 1
     if not paired.confirms():
         meter.unconfirmed += 1
-        return start, "the best program's gain did not hold under paired re-timing"
-    return best, reason
+        return start, "the best program's gain did not hold under paired re-timing", None
+    return best, reason, paired
 
 
 def _beam(start: State, steps: int, meter: Budget, rng: random.Random, target: str, beam_width: int = 3,
@@ -871,7 +886,7 @@ def format_result(result: Result) -> str:
         lines.append(f"{k}. {s.id} {json.dumps(s.args, sort_keys=True)}: {s.latency_before_ms:.4g} ms -> "
                      f"{s.latency_after_ms:.4g} ms ({s.speedup:.2f}x)")
         lines.append(f"   {s.reasoning}")
-    lines.append(f"final: {result.final_ms:.4g} ms, {result.start_ms / result.final_ms:.2f}x in {len(result.steps)} "
+    lines.append(f"final: {result.final_ms:.4g} ms, {result.speedup:.2f}x in {len(result.steps)} "
                  f"steps; {result.measurements}/{result.budget} measurements ({result.cache_hits} from cache; "
                  f"{result.confirmations} paired confirmations, {result.unconfirmed} not confirmed); "
                  f"stopped: {result.stop_reason}")

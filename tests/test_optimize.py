@@ -9,6 +9,7 @@ test per strategy runs the real in-process measurer end to end.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -198,6 +199,14 @@ def test_strategy_respects_budget_and_keeps_verified_steps(strategy):
     assert len(fake.calls) == screened + 2 * CONFIRM_ROUNDS * result.confirmations
     assert 1 <= len(result.steps) <= 2
     assert result.final_ms < result.start_ms
+    # The overall speedup is a ratio measured at one moment: beam and mcts
+    # compare the start with the final program; greedy multiplies its steps'.
+    if strategy == "greedy":
+        assert result.final_check is None
+        assert result.speedup == pytest.approx(math.prod(s.speedup for s in result.steps))
+    else:
+        assert result.speedup == pytest.approx(result.final_check.before_ms / result.final_check.after_ms)
+    assert result.speedup > 1 and result.to_json()["speedup"] == round(result.speedup, 3)
     _check_chain(start, result)
 
 
