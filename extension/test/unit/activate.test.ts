@@ -136,6 +136,8 @@ function loadExtension(fake: Fake): { activate: Fn; deactivate: Fn } {
     return request === "vscode" ? fake.vscode : original.call(this, request, ...rest);
   };
   try {
+    // A fresh CommonJS load is the point: `import` would share the cached module.
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
     return require(COMPILED);
   } finally {
     mod._load = original;
