@@ -289,9 +289,11 @@ class MeasurementEngine:
         ``PairedMeasurement``. Never answered from the cache nor stored in
         it: a comparison is worth something only if both sides are timed
         now, under the same load. ``timeout_s`` bounds each phase, as for
-        ``submit``."""
+        ``submit``; by default it is the engine's limit times ``max(2,
+        rounds)``, since a phase does two programs' work, ``rounds`` times."""
         if rounds < 1:
             raise LeirError(f"rounds {rounds}: at least one round is needed")
+        timeout_s = timeout_s or self.timeout_s * max(2, rounds)
         return self._submit(before, trace=None, workload=None, priority=priority, label=label, repeat=repeat,
                             timeout_s=timeout_s, use_cache=False, block=block, wait_s=wait_s, on_phase=None,
                             fault=None, paired=(after, rounds))
