@@ -107,6 +107,7 @@ EXT := extension
 EXT_NPM := $(EXT)/node_modules/.npm-ci-stamp
 
 $(EXT_NPM): $(EXT)/package-lock.json $(EXT)/package.json
+	@command -v npm >/dev/null || { echo "make extension: needs Node.js 20 and npm (nodejs from NodeSource, as on the machine image)" >&2; exit 1; }
 	cd $(EXT) && npm ci --no-audit --no-fund
 	@touch $@
 
