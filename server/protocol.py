@@ -7,17 +7,26 @@ server cannot read gets an error response (``InvalidParams`` with where the
 params are wrong, or ``ParseError``), a notification it cannot read is
 ignored, and each is reported once in the client's log as a warning, not in
 a pop-up: a client's malformed message is not the user's problem.
+
+It also makes the workspace split lines as LSP does. pygls splits a
+document's lines with ``str.splitlines``, which also breaks at form feeds,
+``\x1c``-``\x1e``, ``\x85`` and U+2028/U+2029; the client counts only
+``\n``, ``\r\n`` and ``\r``, so in a file with any of those characters an
+incremental edit would land on the wrong line.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import re
 from typing import Any
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcParseError
 from pygls.protocol import LanguageServerProtocol
+from pygls.workspace import TextDocument
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +40,36 @@ class _Unreadable:
 UNREADABLE = _Unreadable()
 
 
+#: A line and its break, as LSP counts lines.
+_LSP_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+
+class LspLinesDocument(TextDocument):
+    """pygls's document, with lines broken only where LSP breaks them."""
+
+    @property
+    def lines(self):
+        return tuple(_LSP_LINE.findall(self.source))
+
+
+def _create_text_document(workspace, doc_uri, source=None, version=None, language_id=None):
+    return LspLinesDocument(doc_uri, source=source, version=version, language_id=language_id,
+                            sync_kind=workspace._sync_kind, position_codec=workspace._position_codec)
+
+
 class LeirProtocol(LanguageServerProtocol):
+    # pygls creates its workspace on ``initialize``; each one it sets here
+    # makes LspLinesDocument documents.
+    @property
+    def _workspace(self):
+        return self.__dict__.get("_leir_workspace")
+
+    @_workspace.setter
+    def _workspace(self, workspace) -> None:
+        if workspace is not None:
+            workspace._create_text_document = functools.partial(_create_text_document, workspace)
+        self.__dict__["_leir_workspace"] = workspace
+
     def structure_message(self, data: dict[str, Any]):
         try:
             return super().structure_message(data)

@@ -88,6 +88,29 @@ async def test_positions_past_the_end_are_clamped(leir_lsp: LeirClient):
     assert kernel.name == "short"
 
 
+async def test_edits_after_characters_python_breaks_lines_at_land_where_sent(leir_lsp: LeirClient):
+    # LSP counts lines at \n, \r\n and \r only; the form feed and U+2028 are
+    # ordinary characters of lines 1 and 2.
+    text = "# a\x0cb\n# c\u2028d\n" + GOOD
+    uri = await leir_lsp.open("ff.leir", text)
+
+    leir_lsp.edit(uri, "3:3-3:3", "Z")  # line 3 is GOOD's first comment line
+    edits = await _format(leir_lsp, uri)
+
+    # The text is canonical, so the formatter has nothing to change exactly
+    # when the server's text is the one the client has.
+    assert _canonical(text.replace("# Y", "# ZY")) == text.replace("# Y", "# ZY")
+    assert edits is not None and list(edits) == []
+
+
+def _canonical(text: str) -> str:
+    from leir.document import load_leir
+    from leir.format import canonical_text
+
+    doc = load_leir(text)
+    return canonical_text(doc.parsed, doc.analysis)
+
+
 # ---------------------------------------------------------------- transport
 
 
@@ -201,10 +224,8 @@ def _utf16_position(text: str, offset: int) -> types.Position:
 async def test_a_storm_of_1000_changes_ends_on_the_last_text_sent(leir_lsp: LeirClient):
     """Incremental edits inside comments (so the program stays valid and the
     formatter, which keeps comments, echoes the server's text back),
-    including line breaks and characters outside the BMP (two UTF-16 units)."""
-    from leir.document import load_leir
-    from leir.format import canonical_text
-
+    including line breaks, characters outside the BMP (two UTF-16 units) and
+    characters Python but not LSP breaks lines at (form feed, U+2028, NEL)."""
     rand = random.Random(1000)
     text = "# head\n" + GOOD.replace("  ];", "  # inner\n  ];")
     uri = await leir_lsp.open("storm.leir", text)
@@ -217,7 +238,7 @@ async def test_a_storm_of_1000_changes_ends_on_the_last_text_sent(leir_lsp: Leir
         line_end = text.find("\n", start)
         if rand.random() < 0.6 or line_end == start:
             at = rand.randint(start, line_end)
-            insert = rand.choice(["a", "bc", " ", "é", "😀", "\n# ", "∑x"])
+            insert = rand.choice(["a", "bc", " ", "é", "😀", "\n# ", "∑x", "\x0c", "\u2028", "\x85"])
             edit_start = edit_end = at
         else:
             edit_start = rand.randint(start, line_end - 1)
@@ -233,10 +254,10 @@ async def test_a_storm_of_1000_changes_ends_on_the_last_text_sent(leir_lsp: Leir
     versions = [p.version for p in leir_lsp.publications(uri)[1:]]
     assert versions == sorted(versions) and versions[-1] == last  # never an outdated version after a newer one
 
-    doc = load_leir(text)
-    expected = canonical_text(doc.parsed, doc.analysis)
+    expected = _canonical(text)
     edits = await _format(leir_lsp, uri)
-    formatted = text if edits == [] else edits[0].new_text
+    assert edits is not None
+    formatted = edits[0].new_text if edits else text
     assert formatted == expected
     if edits:
         assert show(edits[0].range) == show(types.Range(start=types.Position(line=0, character=0),
