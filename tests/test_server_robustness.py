@@ -80,12 +80,19 @@ async def test_positions_past_the_end_are_clamped(leir_lsp: LeirClient):
     await leir_lsp.wait_for_diagnostics(uri, version=1)
 
     leir_lsp.edit(uri, "4:60-4:70", "")  # past the end of line 4
-    version = leir_lsp.edit(uri, "99:1-120:5", "# appended\n")  # past the last line
+    version = leir_lsp.edit(uri, "99:1-120:5", "\n# appended\n")  # past the last line
 
     published = await leir_lsp.wait_for_diagnostics(uri, version=version)
     assert list(published.diagnostics) == []
     [kernel] = await _symbols(leir_lsp, uri)
     assert kernel.name == "short"
+    # Both edits were clamped to the end of what they pointed past: the
+    # first deleted nothing, the second appended. (The result is canonical,
+    # so formatting has nothing to change exactly when the server has it.)
+    expected = GOOD + "\n# appended\n"
+    assert _canonical(expected) == expected
+    edits = await _format(leir_lsp, uri)
+    assert edits is not None and list(edits) == []
 
 
 async def test_edits_after_characters_python_breaks_lines_at_land_where_sent(leir_lsp: LeirClient):
