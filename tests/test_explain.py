@@ -382,12 +382,15 @@ def test_describe_step_with_and_without_the_program_after():
                        device="test cpu", machine=MACHINE)
     assert "- Runs loop i in parallel: its 128 iterations over 8 cores" in md
     assert "2 ms → 1 ms, 2.00x faster" in md and "device test cpu" in md
-    # Without the program after it: a loop-kind change is predicted on the syntax tree...
+    # Without the program after it: a loop-kind change or a split is predicted on the syntax tree...
     md = describe_step(a, step, machine=MACHINE)
     assert "- Runs loop i in parallel: its 128 iterations over 8 cores" in md
     # ...any other step shows the facts of the loop it names.
     md = describe_step(a, {"id": "split", "args": {"block": "Y", "loop": "j", "factors": [8, 8]}}, machine=MACHINE)
-    assert "**loop `j`**: serial (L), 64 iterations" in md and "offered: " in md
+    assert "- Splits loop j of Y (64 iterations) into j_0 (8) and j_1 (8)." in md
+    # ...any other step shows the facts of the loops it names.
+    md = describe_step(a, {"id": "fuse", "args": {"block": "Y", "loops": ["i", "j"]}}, machine=MACHINE)
+    assert "**loop `i`**: serial (L), 128 iterations" in md and "**loop `j`**: serial (L), 64 iterations" in md
 
 
 def test_predicted_after_is_the_program_the_step_makes():
@@ -400,7 +403,10 @@ def test_predicted_after_is_the_program_the_step_makes():
 
     assert same(COLUMNS, Step("reorder", {"block": "Y", "loops": ["j", "i"]}), ROWS)
     assert same(ROWS, Step("vectorize", {"block": "Y", "loop": "j"}), ROWS.replace("L^{64}_{j}", "V^{64}_{j}"))
-    assert predicted_after(analysis(ROWS), Step("split", {"block": "Y", "loop": "j", "factors": [8, 8]})) is None
+    assert same("L^{100}_{i} [\n  Y_{i} = X_{i}*2.0;\n];\n", Step("split", {"block": "Y", "loop": "i", "factors": [4, 32]}),
+                "L^{4}_{i_0}\n  L^{32}_{i_1} [\n    Y_{i_0*32+i_1} = X_{i_0*32+i_1}*2.0 where i_0*32 + i_1 < 100;\n  ];\n")
+    assert same(MATMUL, Step("tile", {"block": "C", "loops": ["i", "j"], "sizes": [8, 8]}), MATMUL_TILED)
+    assert predicted_after(analysis(ROWS), Step("fuse", {"block": "Y", "loops": ["i", "j"]})) is None
     assert predicted_after(analysis(ROWS), Step("parallelize", {"block": "Y", "loop": "nope"})) is None
 
 
@@ -519,3 +525,23 @@ def test_a_step_naming_a_missing_block_is_explained_without_failing():
     r = step_reasoning(analysis(ROWS), analysis(ROWS), Step("parallelize", {"block": "nope", "loop": "i"}),
                        measured=(1.0, 1.0), machine=MACHINE)
     assert r.sentences and "measurement noise" in r.text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["matmul", "softmax", "conv2d", "batchnorm", "mha_attention"])
+def test_predicted_after_equals_the_applied_step(name):
+    """Where hover predicts a step's result on the syntax tree, it is the
+    program ``leir.transforms.apply`` makes (with TVM)."""
+    from leir import transforms
+    from leir.explain import predicted_after
+    from leir.printer import print_program
+
+    a = analysis((EXAMPLES / f"{name}.leir").read_text())
+    compared = 0
+    for c in transforms.candidates(a, only=("split", "tile", "reorder", "parallelize", "vectorize", "unroll")):
+        predicted = predicted_after(a, c.step)
+        if predicted is None:
+            continue
+        assert print_program(predicted.program) == print_program(transforms.apply(a, c.step)), c.step.key
+        compared += 1
+    assert compared
