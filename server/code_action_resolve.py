@@ -15,6 +15,7 @@ import asyncio
 from typing import Any
 
 from lsprotocol import types
+from pygls.lsp.server import LanguageServer
 
 from leir_server import trajectory
 from leir_server.workers import InvalidParams, RequestFailed, workers_of
@@ -103,7 +104,7 @@ def trajectory_entry(server, step: dict, title: str, applied, language: str) -> 
     return entry
 
 
-async def handle(server, action: types.CodeAction) -> types.CodeAction:
+async def handle(server: LanguageServer, action: types.CodeAction) -> types.CodeAction:
     from leir.jobs import Failure, apply_step
 
     uri, version, kernel, step = parse_data(action.data)

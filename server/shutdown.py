@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 
+from pygls.lsp.server import LanguageServer
+
 from leir_server.workers import workers_of
 
 
-async def handle(server, params) -> None:
+async def handle(server: LanguageServer, params) -> None:
     await asyncio.to_thread(workers_of(server).close)

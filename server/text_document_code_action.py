@@ -10,6 +10,7 @@ which ``data`` carries: ``{uri, version, kernel, step: {id, args}}``.
 from __future__ import annotations
 
 from lsprotocol import types
+from pygls.lsp.server import LanguageServer
 
 from leir_server import suggestions
 
@@ -28,7 +29,7 @@ def _wanted(only: list[str] | None) -> bool:
     return any(kind == k or kind.startswith(f"{k}.") for k in only)
 
 
-async def handle(server, params: types.CodeActionParams) -> list[types.CodeAction] | None:
+async def handle(server: LanguageServer, params: types.CodeActionParams) -> list[types.CodeAction] | None:
     snapshot = server.session.snapshot(params.text_document.uri)
     if snapshot is None or not _wanted(params.context.only if params.context else None):
         return None

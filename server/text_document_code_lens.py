@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 
 from lsprotocol import types
+from pygls.lsp.server import LanguageServer
 
 from leir_server import suggestions, trajectory
 from leir_server.workers import workers_of
@@ -32,7 +33,7 @@ def _latencies(server, snapshot, kernels) -> dict:
     return out
 
 
-async def handle(server, params: types.CodeLensParams) -> list[types.CodeLens] | None:
+async def handle(server: LanguageServer, params: types.CodeLensParams) -> list[types.CodeLens] | None:
     snapshot = server.session.snapshot(params.text_document.uri)
     if snapshot is None or snapshot.too_large:
         return None
@@ -46,7 +47,7 @@ async def handle(server, params: types.CodeLensParams) -> list[types.CodeLens] |
     for kernel, span in kernels:
         start = snapshot.position(span.start)
         rng = types.Range(start=start, end=start)
-        args = [{"uri": snapshot.uri, "kernel": kernel}]
+        args = [{"uri": snapshot.uri} if kernel is None else {"uri": snapshot.uri, "kernel": kernel}]
         m = measured.get(kernel)
         if m is not None and m.median_ms:
             title = f"{suggestions.latency_text(m.median_ms)} on {target} ({m.device})"

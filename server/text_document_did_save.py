@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 
 from lsprotocol import types
+from pygls.lsp.server import LanguageServer
 
 from leir_server import suggestions, trajectory
 
@@ -47,7 +48,7 @@ def _top(server, snapshot) -> list:
     return order(found)[:MAX_HINTS]
 
 
-async def handle(server, params: types.DidSaveTextDocumentParams) -> None:
+async def handle(server: LanguageServer, params: types.DidSaveTextDocumentParams) -> None:
     from leir_server import diagnostics
 
     uri = params.text_document.uri

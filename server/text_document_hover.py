@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 
 from lsprotocol import types
+from pygls.lsp.server import LanguageServer
 
 from leir_server import suggestions, trajectory
 
@@ -91,7 +92,7 @@ def hover_markdown(server, snapshot, offset: int) -> str | None:
     return "\n\n---\n\n".join(parts) if parts else None
 
 
-async def handle(server, params: types.HoverParams) -> types.Hover | None:
+async def handle(server: LanguageServer, params: types.HoverParams) -> types.Hover | None:
     snapshot = server.session.snapshot(params.text_document.uri)
     if snapshot is None or snapshot.too_large:
         return None
