@@ -15,12 +15,14 @@
 
 import assert from "node:assert/strict";
 import { ChildProcess, execFileSync, spawn } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import * as os from "node:os";
 import * as path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { pathToFileURL } from "node:url";
 import { createMessageConnection, MessageConnection, StreamMessageReader, StreamMessageWriter } from "vscode-jsonrpc/node";
 
+import { isTvmScript } from "../../src/attach";
 import { answerConfigurationRequest, DEFAULTS, serverConfiguration } from "../../src/configuration";
 import { probeServer, resolveServerCommand } from "../../src/interpreter";
 import { applyTextEdits, TextEdit } from "../../src/textEdits";
@@ -223,6 +225,36 @@ describe("leir-lsp over stdio, as the extension drives it", () => {
       /changed|version|stale/i,
       "a stale action was resolved",
     );
+  });
+
+  it("serves a TVMScript kernel in a Python file: the step's edit is what leir apply makes of it", SLOW, async () => {
+    // The server's own printer output must be recognised as TVMScript by the client's attach rule.
+    const dir = mkdtempSync(path.join(os.tmpdir(), "leir-e2e-"));
+    const file = path.join(dir, "matmul.py");
+    const text = execFileSync(PYTHON, ["-m", "leir.cli", "convert", EXAMPLE, "--to", "tvmscript"], { cwd: ROOT, encoding: "utf8" });
+    writeFileSync(file, text);
+    assert.ok(isTvmScript(text), "the client would not send the converted kernel to the server");
+    const uri = pathToFileURL(file).href;
+    await conn.sendNotification("textDocument/didOpen", { textDocument: { uri, languageId: "python", version: 1, text } });
+
+    const at = positionOf(text, "T.grid(");
+    const actions = (await conn.sendRequest("textDocument/codeAction", {
+      textDocument: { uri },
+      range: { start: at, end: at },
+      context: { diagnostics: [], only: ["refactor.rewrite"], triggerKind: 1 },
+    })) as CodeAction[] | null;
+    assert.ok(actions && actions.length > 0, "no code action on the kernel's loops");
+    const chosen = actions.find((a) => a.data?.step.id === "split") ?? actions[0];
+    assert.equal(chosen.data?.version, 1);
+    const resolved = (await conn.sendRequest("codeAction/resolve", chosen)) as CodeAction;
+    const edited = applyTextEdits(text, editsFor(resolved, uri, 1));
+    assert.notEqual(edited, text);
+    const args = ["-m", "leir.cli", "apply", file, "--step", "-"];
+    if (chosen.data?.kernel) {
+      args.push("--kernel", chosen.data.kernel);
+    }
+    const expected = execFileSync(PYTHON, args, { cwd: ROOT, input: JSON.stringify(chosen.data!.step), encoding: "utf8" });
+    assert.equal(edited, expected, `"${chosen.title}": the server's edit differs from leir apply`);
   });
 
   it("exits cleanly on shutdown and exit", SLOW, async () => {

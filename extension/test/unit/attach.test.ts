@@ -17,6 +17,8 @@ describe("isTvmScript", () => {
     assert.ok(isTvmScript(PRIM_FUNC));
     assert.ok(isTvmScript("@I.ir_module\nclass Module:\n    pass\n"));
     assert.ok(isTvmScript("import tvm.script\n"));
+    // What `leir convert --to tvmscript` prints: imports commented out, decorator with arguments.
+    assert.ok(isTvmScript("# from tvm.script import tirx as T\n\n@T.prim_func(s_tir=True)\ndef matmul(): pass\n"));
     assert.ok(isTvmScript("    @T.prim_func\n    def f(): pass\n"));
   });
 
