@@ -17,6 +17,8 @@ class RawLsp:
         self.process = process
         self.received: list[dict] = []
         self._next_id = 0
+        #: Server -> client requests answered with an error instead of null.
+        self.fail_requests: set[str] = set()
 
     @classmethod
     async def start(cls) -> "RawLsp":
@@ -74,11 +76,16 @@ class RawLsp:
                 break
         message = json.loads(await self.process.stdout.readexactly(length))
         if "method" in message and "id" in message:  # a request to the client: answer it
-            self.send({"jsonrpc": "2.0", "id": message["id"], "result": None})
+            if message["method"] in self.fail_requests:
+                self.send({"jsonrpc": "2.0", "id": message["id"],
+                           "error": {"code": -32603, "message": "the client failed"}})
+            else:
+                self.send({"jsonrpc": "2.0", "id": message["id"], "result": None})
         self.received.append(message)
 
-    async def initialize(self) -> dict:
-        response = await self.request("initialize", {"processId": None, "rootUri": None, "capabilities": {}})
+    async def initialize(self, capabilities: dict | None = None) -> dict:
+        response = await self.request("initialize", {"processId": None, "rootUri": None,
+                                                     "capabilities": capabilities or {}})
         self.notify("initialized", {})
         return response
 

@@ -208,6 +208,39 @@ async def test_a_malformed_notification_is_ignored(method, params):
         assert await server.close() == 0
 
 
+async def _log_containing(server: RawLsp, text: str) -> dict:
+    return await server.wait_for(lambda m: m.get("method") == "window/logMessage" and text in m["params"]["message"])
+
+
+async def test_a_client_that_fails_the_configuration_request_leaves_the_defaults():
+    server = await RawLsp.start()
+    try:
+        server.fail_requests.add("workspace/configuration")
+        await server.initialize({"workspace": {"configuration": True}})
+
+        warning = await _log_containing(server, "could not read the 'leir' settings")
+        assert "the client failed" in warning["params"]["message"]
+        server.notify("workspace/didChangeConfiguration", {"settings": None})  # asked again, fails again
+        assert (await server.request("textDocument/foldingRange", {"textDocument": {"uri": "file:///a.leir"}}))[
+            "result"] is None
+    finally:
+        assert await server.close() == 0
+
+
+async def test_a_client_that_only_pushes_settings_is_heard():
+    server = await RawLsp.start()
+    try:
+        await server.initialize({})  # no workspace/configuration support
+
+        server.notify("workspace/didChangeConfiguration", {"settings": {"leir": {"target": "tpu"}}})
+
+        warning = await _log_containing(server, "leir.target")
+        assert warning["params"]["message"] == "leir.target: ignored 'tpu' (expected one of llvm, cuda, rpc)"
+        assert not any(m.get("method") == "workspace/configuration" for m in server.received)
+    finally:
+        assert await server.close() == 0
+
+
 async def test_requests_on_documents_that_are_not_open_answer_null(leir_lsp: LeirClient):
     uri = "file:///leir-tests/never-opened.leir"
 
