@@ -263,7 +263,7 @@ def optimize_child(conn, text: str, language: str, kernel: str | None, options: 
 
 def _optimize(conn, text: str, language: str, kernel: str | None, options: dict):
     from leir import transforms
-    from leir.optimize import Result, optimize
+    from leir.optimize import CONFIRM_COST, Result, optimize
     from leir.printer import print_program
     from leir.semantics import analyze
 
@@ -304,15 +304,22 @@ def _optimize(conn, text: str, language: str, kernel: str | None, options: dict)
             current = after
         return ("done", result.to_json())
     current, taken, trajectory = start, [], []
-    start_ms, stop, last = None, "", None
+    start_ms, stop, confirmations, unconfirmed = None, "", 0, 0
+
+    def spent() -> int:
+        # As the search counts: distinct programs, and each paired confirmation.
+        return len(measurer.known) + CONFIRM_COST * confirmations
+
     while len(taken) < steps:
-        # The start of each search is already measured: it costs no budget.
-        left = budget - len(measurer.known) + (1 if len(measurer.known) else 0)
+        # The start of each search is already measured: it costs no budget again.
+        left = budget - spent() + (1 if measurer.known else 0)
         if left < 2:
             stop = "budget spent"
             break
         last = optimize(current, steps=1, budget=left, strategy="greedy", target=target, measurer=measurer,
                         seed=seed + len(taken), progress=progress)
+        confirmations += last.confirmations
+        unconfirmed += last.unconfirmed
         if start_ms is None:
             start_ms = last.start_ms
         stop = last.stop_reason
@@ -325,9 +332,11 @@ def _optimize(conn, text: str, language: str, kernel: str | None, options: dict)
         current = after
     if start_ms is None:  # never searched: time the start alone
         start_ms = measurer([start])[0].ms
-    final = Result(start_ms or 0.0, trajectory, current.program, "greedy", target, len(measurer.known), budget,
+        if start_ms is None:
+            return ("failed", Failure("error", "cannot time the starting program"))
+    final = Result(start_ms, trajectory, current.program, "greedy", target, spent(), budget,
                    sum(t.cached for t in measurer.known.values()), stop or f"{steps} steps taken",
-                   "MeasurementEngine (server)")
+                   "MeasurementEngine (server)", confirmations=confirmations, unconfirmed=unconfirmed)
     return ("done", final.to_json())
 
 

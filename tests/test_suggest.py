@@ -1,0 +1,168 @@
+"""leir.suggest: the steps at a cursor, ranked, with cached latencies only."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from leir.document import load_leir
+from leir.measure import MeasurementCache
+from leir.measure.key import measurement_key
+from leir.measure.measurement import Measurement
+from leir.printer import print_program
+from leir.semantics import analyze
+from leir.suggest import MeasuredLookup, StepOutcomes, Suggestion, order, program_digest, suggest
+from leir.transforms import Step
+
+TRANSPOSE = """\
+# Y = X.T
+L^{32}_{i}
+  L^{16}_{j} [
+    Y_{i,j} = X_{j,i};
+  ];
+"""
+
+SPLIT_I = Step("split", {"block": "Y", "loop": "i", "factors": [4, 8]})
+SPLIT_I_AFTER = """\
+# Y = X.T
+L^{4}_{i_0}
+  L^{8}_{i_1}
+    L^{16}_{j} [
+      Y_{i_0*8+i_1,j} = X_{j,i_0*8+i_1};
+    ];
+"""
+
+
+def at_marker(text: str) -> tuple[str, int]:
+    at = text.index("$0")
+    return text[:at] + text[at + 2:], at
+
+
+def fake_measurement(lookup: MeasuredLookup, analysis, ms: float) -> Measurement:
+    """A stored measurement of ``analysis`` (test data for the lookup, not a claim)."""
+    key = measurement_key(analysis, lookup.target_key, lookup.device, lookup.toolchain)
+    return Measurement(ms, ms, ms, 1, 0.0, lookup.target_key, lookup.device, True, {}, False, None, None,
+                       mean_ms=ms, number=1, results_ms=(ms,), key=key, measured_at=time.time())
+
+
+@pytest.fixture
+def lookup(tmp_path) -> MeasuredLookup:
+    cache = MeasurementCache(tmp_path)
+    return MeasuredLookup("llvm", "test-cpu", "test-toolchain", cache, StepOutcomes(tmp_path))
+
+
+def store(lookup: MeasuredLookup, analysis, ms: float) -> None:
+    m = fake_measurement(lookup, analysis, ms)
+    lookup.cache.store(m, program=print_program(analysis.complete_program()), toolchain=lookup.toolchain, shapes={})
+
+
+def test_suggestions_on_a_loop_header_act_on_that_loop_best_first():
+    text, at = at_marker(TRANSPOSE.replace("L^{32}_{i}", "L^{32}_{$0i}"))
+
+    found = suggest(text, "leir", at)
+
+    assert found
+    assert all(s.step.args.get("loop") in ("i", None) for s in found)
+    assert [s.score for s in found] == sorted((s.score for s in found), reverse=True)
+    parallel = next(s for s in found if s.step.id == "parallelize")
+    assert f"32 iterations over {os.cpu_count()} cores" in parallel.facts
+    assert parallel.kernel is None
+    assert text[parallel.span.start:parallel.span.end].startswith("L^{32}_{i}")
+
+
+def test_unmeasured_suggestions_have_the_plain_title():
+    text, at = at_marker(TRANSPOSE.replace("L^{32}_{i}", "L^{32}_{$0i}"))
+
+    split = next(s for s in suggest(text, "leir", at) if s.step == SPLIT_I)
+
+    assert split.before is None and split.after is None and split.speedup is None
+    assert split.label == split.title == "Split loop i by 8"
+
+
+def test_a_document_with_errors_has_no_suggestions():
+    assert suggest("L^{4}_{i} [ Y_{i} = X_{i} $ 1; ];\n", "leir", 3) == []
+
+
+def test_measured_steps_come_first_with_their_speedup(lookup):
+    text, at = at_marker(TRANSPOSE.replace("L^{32}_{i}", "L^{32}_{$0i}"))
+    before = load_leir(text).analysis
+    after = load_leir(SPLIT_I_AFTER).analysis
+    store(lookup, before, 3.0)
+    store(lookup, after, 1.5)
+    lookup.outcomes.record(before, SPLIT_I, after)
+
+    found = suggest(text, "leir", at, measured=lookup)
+
+    assert found[0].step == SPLIT_I
+    assert found[0].label == "Split loop i by 8 (measured 2.0x)"
+    assert found[0].before.median_ms == 3.0 and found[0].after.median_ms == 1.5
+    # Every other step has the measured "before" but no known "after".
+    assert all(s.before is not None and s.after is None for s in found[1:])
+
+
+def test_an_outcome_without_a_measured_after_is_not_measured(lookup):
+    text, at = at_marker(TRANSPOSE.replace("L^{32}_{i}", "L^{32}_{$0i}"))
+    before = load_leir(text).analysis
+    store(lookup, before, 3.0)
+    lookup.outcomes.record(before, SPLIT_I, load_leir(SPLIT_I_AFTER).analysis)
+
+    split = next(s for s in suggest(text, "leir", at, measured=lookup) if s.step == SPLIT_I)
+
+    assert split.after is None and split.label == "Split loop i by 8"
+
+
+def test_outcomes_are_keyed_by_program_structure_not_layout(tmp_path):
+    outcomes = StepOutcomes(tmp_path)
+    before = load_leir(TRANSPOSE).analysis
+    outcomes.record(before, SPLIT_I, load_leir(SPLIT_I_AFTER).analysis)
+    relaid = load_leir("L^{32}_{i} L^{16}_{j} [ Y_{i,j} = X_{j,i}; ];").analysis  # no comment, one line
+
+    found = outcomes.after(relaid, SPLIT_I)
+
+    assert program_digest(relaid) == program_digest(before)
+    assert program_digest(found) == program_digest(load_leir(SPLIT_I_AFTER).analysis)
+    assert outcomes.after(before, Step("split", {"block": "Y", "loop": "j", "factors": [2, 8]})) is None
+    assert outcomes.after(before, SPLIT_I, namespace="tvmscript:transpose") is None
+
+
+def test_order_puts_the_greatest_measured_speedup_first(lookup):
+    a = load_leir(TRANSPOSE).analysis
+    m = {ms: fake_measurement(lookup, a, ms) for ms in (1.0, 2.0, 4.0)}
+    plain = Suggestion(SPLIT_I, "a", None, None, 90.0, ())
+    twice = Suggestion(SPLIT_I, "b", None, None, 10.0, (), m[4.0], m[2.0])
+    four = Suggestion(SPLIT_I, "c", None, None, 5.0, (), m[4.0], m[1.0])
+
+    assert [s.title for s in order([plain, twice, four])] == ["c", "b", "a"]
+
+
+def test_listing_a_leir_document_imports_no_tvm():
+    probe = (
+        "import sys\n"
+        "from leir.suggest import suggest\n"
+        f"found = suggest({TRANSPOSE!r}, 'leir', 12)\n"
+        "assert found\n"
+        "print('tvm' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.slow
+def test_python_kernel_suggestions_name_its_blocks_and_ranges():
+    from leir.lower import to_tvmscript
+
+    text = to_tvmscript(analyze(load_leir(TRANSPOSE).program), "transpose")
+    at = text.index("for i, j")
+
+    found = suggest(text, "tvmscript", at)
+
+    assert found and all(s.kernel == "transpose" for s in found)
+    assert all(s.step.args.get("block") in ("Y", None) for s in found)
+    split = next(s for s in found if s.step.id == "split")
+    assert text[split.span.start:split.span.end].startswith("for i, j")
