@@ -12,7 +12,7 @@ from leir import ast as A
 from leir.semantics import Analysis, EquationInfo
 from leir.explain.facts import (
     _accesses, _context, _iterations, _print, _reuse, _stride, compulsory_bytes, dtype_bytes, footprint,
-    human_bytes, human_count, program_operations, tensor_bytes, working_set,
+    human_bytes, human_count, operations, program_operations, tensor_bytes, working_set,
 )
 from leir.explain.machine import Machine
 
@@ -405,6 +405,14 @@ def _tile(w: _Writer, before: _Side, after: _Side, step) -> None:
                          else "" if w.target == "cuda" else "exceeds every cache level")
                 w.say(f"One tile (one iteration of {tile_outer.var}) touches {parts}: {human_bytes(total)}"
                       + (f", which {where}." if where else "."), tile_working_set=ws, tile_working_set_bytes=total)
+    if bi is not None:
+        ops = _iterations(bi.loops) * operations(bi.equation.rhs)
+        touched = {a.tensor for a in _accesses(bi.equation)}
+        nbytes = sum(tensor_bytes(before.analysis, t) for t in touched if t in before.analysis.tensors)
+        if ops and nbytes:
+            w.say(f"{block} does {human_count(ops)} operations on {human_bytes(nbytes)} of tensors: "
+                  f"{ops / nbytes:.3g} operations per byte if each element came from memory once.",
+                  block_operations=ops, block_tensor_bytes=nbytes, block_intensity=ops / nbytes)
     said = _reuse_changes(w, before, after, block)
     _contiguity(w, before, after, block, quiet=True)
     if bi is not None and ai is not None:
@@ -519,9 +527,9 @@ def _vectorize(w: _Writer, before: _Side, after: _Side, step) -> None:
             w.risk(f"{lanes} lanes fill only {width:g} of the machine's {mv}-byte vectors")
         elif width % mv:
             w.risk(f"{width:g} bytes is not a multiple of the machine's {mv}-byte vectors")
-    contiguous = [text for _, text, s in rows if s == 1]
-    broadcast = [text for _, text, s in rows if s == 0]
-    strided = [f"{text} (stride {_stride_word(s)})" for _, text, s in rows if s not in (0, 1)]
+    contiguous = list(dict.fromkeys(text for _, text, s in rows if s == 1))
+    broadcast = list(dict.fromkeys(text for _, text, s in rows if s == 0))
+    strided = list(dict.fromkeys(f"{text} (stride {_stride_word(s)})" for _, text, s in rows if s not in (0, 1)))
     w.facts["strides_along_vector_loop"] = [{"access": text, "stride": s} for _, text, s in rows]
     if contiguous:
         w.say(f"Along {var}, {_join(contiguous)} {'is' if len(contiguous) == 1 else 'are'} contiguous"
@@ -574,7 +582,7 @@ def _bind(w: _Writer, before: _Side, after: _Side, step) -> None:
         w.risk(f"{threads} threads per block is not a multiple of {WARP_SIZE}")
     if axis in _THREAD_AXES:
         rows = [(a.tensor, _print(a), _stride(after.analysis, a, axis, ai.loops)) for a in _accesses(ai.equation) if a.indices]
-        coalesced = [text for _, text, s in rows if s == 1]
+        coalesced = list(dict.fromkeys(text for _, text, s in rows if s == 1))
         if axis == "tx" and coalesced:
             w.say(f"Along threadIdx.x, {_join(coalesced)} {'is' if len(coalesced) == 1 else 'are'} contiguous: "
                   "neighbouring threads touch neighbouring elements.")
