@@ -12,6 +12,10 @@ engine (``leir.measure.engine``) drives over a pipe, one job at a time:
    kernel gets no latency), time it (``timing.time_module``), time the
    vendor reference if asked, and answer ``("result", id, {...})``.
 
+A paired comparison (``MeasurementEngine.compare``) is one job with two
+programs (``job["paired"]``): both are built in step 1, both checked in
+step 2, then timed turn about for ``job["rounds"]`` rounds.
+
 Failures that raise (a build error, a wrong result, a ``MemoryError`` at the
 memory cap) come back as a result with a reason. Failures that kill the
 process (a segfault) or never end (a hang) are the engine's to notice: it
