@@ -66,10 +66,13 @@ interface MeasureResult {
   vendor_ms?: number | null;
 }
 
-interface OptimizeResult extends Trajectory {
-  start_ms: number;
-  final: string;
+interface OptimizeResult extends Omit<Trajectory, "final" | "start_ms"> {
+  /** null when cancelled before the start was measured. */
+  start_ms: number | null;
+  /** LEIR text (for a Python kernel, the optimized kernel's LEIR form); null when cancelled. */
+  final: string | null;
   applied: boolean;
+  cancelled?: boolean;
 }
 
 interface ConvertResult {
@@ -467,22 +470,31 @@ class LeirExtension {
     if (!result) {
       return;
     }
-    this.trajectories.update({ ...result, uri, done: true }, this.context);
+    const { start_ms: startMs, final: finalText, ...rest } = result;
+    this.trajectories.update({ ...rest, start_ms: startMs ?? undefined, uri, done: true }, this.context);
     const n = result.steps.length;
+    if (result.cancelled || startMs === null || finalText === null) {
+      void vscode.window.showInformationMessage(`LEIR: optimize cancelled after ${n} step${n === 1 ? "" : "s"}; nothing applied.`);
+      return;
+    }
     if (n === 0) {
       void vscode.window.showInformationMessage("LEIR: no step made this kernel faster within the budget.");
       return;
     }
-    const final = result.steps[n - 1].latency_after_ms;
-    const summary = `LEIR: ${n} step${n === 1 ? "" : "s"}, ${fmtMs(result.start_ms)} → ${fmtMs(final ?? result.start_ms)}${
-      final ? ` (${(result.start_ms / final).toFixed(2)}×)` : ""
+    const last = result.steps[n - 1].latency_after_ms;
+    const summary = `LEIR: ${n} step${n === 1 ? "" : "s"}, ${fmtMs(startMs)} → ${fmtMs(last ?? startMs)}${
+      last ? ` (${(startMs / last).toFixed(2)}×)` : ""
     }.`;
-    const choice = await vscode.window.showInformationMessage(summary, "Apply", "Open Result");
+    // The final program is LEIR: it replaces a .leir document; for a Python
+    // kernel it opens beside it (the steps apply to the kernel one by one
+    // through the code actions).
+    const actions = doc.languageId === "leir" ? ["Apply", "Open Result"] : ["Open Result (LEIR)"];
+    const choice = await vscode.window.showInformationMessage(summary, ...actions);
     if (choice === "Apply") {
-      await this.applyFinal(doc, version, result.final);
-    } else if (choice === "Open Result") {
-      const opened = await vscode.workspace.openTextDocument({ language: doc.languageId, content: result.final });
-      await vscode.window.showTextDocument(opened, { preview: false });
+      await this.applyFinal(doc, version, finalText);
+    } else if (choice?.startsWith("Open Result")) {
+      const opened = await vscode.workspace.openTextDocument({ language: "leir", content: finalText });
+      await vscode.window.showTextDocument(opened, { preview: false, viewColumn: vscode.ViewColumn.Beside });
     }
   }
 
