@@ -545,3 +545,22 @@ def test_predicted_after_equals_the_applied_step(name):
         assert print_program(predicted.program) == print_program(transforms.apply(a, c.step)), c.step.key
         compared += 1
     assert compared
+
+
+def test_fuse_names_the_fused_extent_what_it_offers_and_the_wrapping_access():
+    before = "L^{128}_{i}\n  L^{96}_{j} [\n    Y_{i,j} = C_{i,j} + b_{j};\n  ];\n"
+    after = "L^{12288}_{ij} [\n  Y_{ij//96,ij%96} = C_{ij//96,ij%96} + b_{ij%96};\n];\n"
+    r = step_reasoning(analysis(before), analysis(after), Step("fuse", {"block": "Y", "loops": ["i", "j"]}),
+                       machine=MACHINE)
+    assert "Fuses loops i and j (128 x 96) of Y into one loop ij of 12288 iterations" in r.text
+    assert "parallelize is offered on ij" in r.text and r.facts["offered_on_fused"] == ["parallelize"]
+    assert "But b_{ij%96} (stride unknown, was 1) is no longer contiguous along ij" in r.text
+    assert "Y_{ij//96,ij%96}" not in r.text.split("But")[1]  # still stride 1: not reported as lost
+
+
+def test_decompose_reduction_names_the_initial_value_and_its_writes():
+    before = "L^{64}_{i}\n  L^{32}_{k} [\n    S_{i} += X_{i,k};\n  ];\n"
+    after = "L^{64}_{i} [\n  S_{i} = 0.0;\n];\n\nL^{64}_{i}\n  L^{32}_{k} [\n    S_{i} += X_{i,k};\n  ];\n"
+    r = step_reasoning(analysis(before), analysis(after), Step("decompose_reduction", {"block": "S", "loop": "i"}),
+                       machine=MACHINE)
+    assert "Writes the initial value of S (0.0) in an equation of its own before loop i (64 writes)" in r.text

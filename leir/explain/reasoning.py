@@ -374,10 +374,11 @@ def _split(w: _Writer, before: _Side, after: _Side, step) -> None:
     said = _reuse_changes(w, before, after, block)
     _contiguity(w, before, after, block, quiet=True)
     if not said and not w.facts.get("stride_changes"):
+        inner = [l for l in (ai.loops if ai else ()) if l.var.startswith(f"{var}_")]
         w.say("The strides along the innermost loop and the reuse distances are the same before and after: "
-              f"the split by itself keeps the iteration order; it makes an inner loop of "
-              f"{factors[1] if len(factors) == 2 else '?'} iterations for a later step to vectorize, "
-              f"unroll, parallelize or move.", order_unchanged=True)
+              "the split by itself keeps the iteration order; what it adds is an inner loop"
+              + (f" {inner[-1].var} of {inner[-1].extent} iterations" if inner else "")
+              + " for later steps to act on.", order_unchanged=True)
 
 
 def _tile(w: _Writer, before: _Side, after: _Side, step) -> None:
@@ -451,8 +452,11 @@ def _fuse(w: _Writer, before: _Side, after: _Side, step) -> None:
         if any(s is None for s in strides):
             w.say(f"Some indices now divide and take remainders of {fused.var} (// and %): their strides along it "
                   "are not one constant.")
-        if fused.kind == "L":
-            w.say(f"A single loop of {fused.extent} iterations can then be parallelized or bound as one.")
+        offered = _offered_on(after, block, fused.var, _LOOP_STEPS[w.target == "cuda"])
+        if offered:
+            w.say(f"On the program after it, {_join(offered)} {'is' if len(offered) == 1 else 'are'} offered on "
+                  f"{fused.var}: one loop of {fused.extent} iterations instead of {' x '.join(map(str, extents))}.",
+                  offered_on_fused=offered)
     _contiguity(w, before, after, block)
 
 
@@ -537,7 +541,7 @@ def _vectorize(w: _Writer, before: _Side, after: _Side, step) -> None:
                  if broadcast else "") + ".")
     if strided:
         w.say(f"{_join(strided)} {'is' if len(strided) == 1 else 'are'} not contiguous along {var}: the lanes "
-              "read elements far apart.")
+              "read elements that far apart.")
         w.risk(f"{_join(strided)} is not contiguous along the vector loop {var}")
 
 
@@ -636,6 +640,27 @@ def _compute_at(w: _Writer, before: _Side, after: _Side, step) -> None:
     w.facts["iteration_working_set_bytes"] = sum(working_set(after.analysis, site.loop).values())
 
 
+#: The steps worth naming as now offered on a loop: by target (cuda or not).
+_LOOP_STEPS = {False: ("parallelize", "vectorize"), True: ("bind", "vectorize")}
+
+
+def _offered_on(side: _Side, block: str | None, var: str, ids: tuple[str, ...]) -> list[str]:
+    """Which of ``ids`` ``leir.transforms.candidates`` offers on loop ``var``
+    around ``block`` in this program."""
+    from leir import transforms
+
+    if block is None:
+        return []
+    try:
+        site = side.ctx.loop_site(block, var)
+        found = transforms.candidates(side.ctx, site.loop.span.start if site.loop.span else None, only=ids)
+    except Exception:
+        return []
+    blocks = {side.ctx.block_names[k] for k in site.equations}
+    out = [c.step.id for c in found if c.step.args.get("loop") == var and c.step.args.get("block") in blocks]
+    return list(dict.fromkeys(out))
+
+
 def _elements(n: int) -> str:
     return f"{human_count(n)} element{'s' * (n != 1)}"
 
@@ -665,8 +690,10 @@ def _rfactor(w: _Writer, before: _Side, after: _Side, step) -> None:
     if t.scope == "g":
         w.risk(f"the partial results {t.name} take {human_bytes(tensor_bytes(after.analysis, t.name))} written and read back")
     if var in p.spatial:
-        w.say(f"In {t.name}, {var} is a spatial axis (it was a reduction axis of {bi.equation.lhs.tensor}): its "
-              "iterations are now independent and can run in parallel or as vector lanes.")
+        offered = _offered_on(after, after.block(p), var, _LOOP_STEPS[w.target == "cuda"])
+        w.say(f"In {t.name}, {var} is a spatial axis (it was a reduction axis of {bi.equation.lhs.tensor})"
+              + (f": {_join(offered)} {'is' if len(offered) == 1 else 'are'} now offered on it." if offered
+                 else "."), offered_on_factored_loop=offered)
 
 
 def _decompose(w: _Writer, before: _Side, after: _Side, step) -> None:
@@ -675,8 +702,16 @@ def _decompose(w: _Writer, before: _Side, after: _Side, step) -> None:
     bi = before.info(block)
     if bi is None:
         return
-    w.say(f"Writes the initial value of {bi.equation.lhs.tensor} in its own nest before loop {var}, so the "
-          f"reduction equation only accumulates.", init_before_loop=var)
+    t = bi.equation.lhs.tensor
+    inits = [i for i in after.analysis.equations if i.equation.lhs.tensor == t and i.kind == "assign"]
+    # Block names follow program order: the new initial write takes the
+    # name, the reduction becomes NAME_1.
+    update = next((i for i in after.analysis.equations if i.equation.lhs.tensor == t and i.kind == "update"), None)
+    if inits and update is not None:
+        init = inits[0]
+        w.say(f"Writes the initial value of {t} ({_print(init.equation.rhs)}) in an equation of its own before "
+              f"loop {var} ({human_count(_iterations(init.loops))} writes); the reduction then only "
+              f"accumulates onto it.", init_before_loop=var, init_writes=_iterations(init.loops))
 
 
 _FAMILIES = {
