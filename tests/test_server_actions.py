@@ -271,3 +271,43 @@ async def test_save_without_the_setting_publishes_nothing_new(leir_lsp: LeirClie
         command="leir.showTrajectory", arguments=[{"uri": uri}]))
 
     assert len(leir_lsp.published) == seen
+
+
+# ------------------------------------------------------------ Python files with TVMScript kernels
+
+
+def transpose_python() -> str:
+    from leir.document import load_leir
+    from leir.lower import to_tvmscript
+
+    return to_tvmscript(load_leir(TRANSPOSE).analysis, "transpose")
+
+
+async def test_python_kernel_actions_resolve_to_what_leir_apply_prints(leir_lsp: LeirClient, tmp_path):
+    text = transpose_python()
+    uri = await leir_lsp.open("kernels.py", text)
+    line = text[:text.index("for i, j")].count("\n")
+
+    actions = await actions_at(leir_lsp, uri, types.Position(line=line, character=8))
+    split = action_for(actions, SPLIT_I)
+    resolved = await leir_lsp.code_action_resolve_async(split)
+
+    assert split.data["kernel"] == "transpose"
+    path = tmp_path / "kernels.py"
+    path.write_text(text)
+    out = subprocess.run([sys.executable, "-m", "leir.cli", "apply", str(path), "--step", json.dumps(SPLIT_I)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert apply_edit(text, resolved.edit) == out.stdout
+
+
+async def test_hover_in_a_python_kernel_explains_its_loop(leir_lsp: LeirClient):
+    text = transpose_python()
+    uri = await leir_lsp.open("hover_kernel.py", text)
+    line = text[:text.index("for i, j")].count("\n")
+
+    hover = await leir_lsp.text_document_hover_async(types.HoverParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=8)))
+
+    assert "**loop `i`**" in hover.contents.value
+    assert "32 iterations" in hover.contents.value

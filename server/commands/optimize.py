@@ -152,7 +152,11 @@ async def _apply(server, snapshot, version, kernel, result: dict) -> tuple[bool,
     edit = versioned_edit(snapshot.uri, version, [minimal_edit(snapshot, final)])
     entries = [{**s, "title": s["id"]} for s in result["steps"]]
     trajectory.expect(server, snapshot.uri, final, kernel, entries)
-    response = await server.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label="leir optimize"))
+    try:
+        response = await server.workspace_apply_edit_async(
+            types.ApplyWorkspaceEditParams(edit=edit, label="leir optimize"))
+    except Exception as e:  # noqa: BLE001 - a client without applyEdit: the result is still returned
+        return False, f"the editor could not apply the edit ({type(e).__name__}: {e})"
     if not response.applied:
         return False, f"the editor did not apply the edit ({response.failure_reason or 'no reason given'})"
     return True, "applied"
