@@ -803,6 +803,30 @@ class Watcher:
         with self._lock:
             self._wake.notify_all()
 
+    def touched_directory(self, path: str | os.PathLike) -> None:
+        """A directory appeared, vanished or moved: every file the table has
+        under it, and every file now under it, is checked again."""
+        p = Path(path)
+        try:
+            prefix = (p if p.is_absolute() else self.root / p).relative_to(self.root).as_posix()
+        except ValueError:
+            return
+        if prefix == ".":
+            prefix = ""
+        with self._lock:
+            known = [rel for rel in self._files if not prefix or rel.startswith(prefix + "/")]
+        for rel in known:
+            self.debouncer.touch(rel)
+        if p.is_dir():
+            for dirpath, dirnames, filenames in os.walk(p):
+                dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "__pycache__"]
+                for name in filenames:
+                    rel = self.relative(Path(dirpath) / name)
+                    if rel is not None:
+                        self.debouncer.touch(rel)
+        with self._lock:
+            self._wake.notify_all()
+
     def _check_loop(self) -> None:
         while True:
             with self._lock:
@@ -861,5 +885,12 @@ class _Events:
         if event.event_type in ("opened", "closed_no_write"):
             return  # reads do not change a file
         for path in (getattr(event, "src_path", None), getattr(event, "dest_path", None)):
-            if path:
+            if not path:
+                continue
+            if event.is_directory:
+                if event.event_type in ("created", "deleted", "moved"):
+                    # A directory renamed or removed takes its files with it,
+                    # and one moved in brings files no event named.
+                    self.watcher.touched_directory(os.fsdecode(path))
+            else:
                 self.watcher.touched(os.fsdecode(path))

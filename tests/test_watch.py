@@ -469,6 +469,30 @@ def test_following_a_directory_folds_a_burst_and_follows_renames_and_deletes(tmp
         w.stop()
 
 
+# watchdog 7 warns when a directory returns under a path it watched before
+# (it re-registers the inotify watch); nothing is lost.
+@pytest.mark.filterwarnings("ignore:Callback with id:RuntimeWarning")
+def test_following_a_directory_that_is_renamed_moved_away_and_back(tmp_path, tmp_path_factory):
+    root, elsewhere = tmp_path / "root", tmp_path_factory.mktemp("elsewhere")
+    (root / "kernels").mkdir(parents=True)
+    (root / "kernels" / "scale.leir").write_text(SCALE)
+    w = watcher_on(root, debounce_s=0.2)
+    w.start()
+    try:
+        wait_until(lambda: [r.file for r in w.rows()] == ["kernels/scale.leir"])
+
+        (root / "kernels").rename(root / "moved")
+        wait_until(lambda: [r.file for r in w.rows()] == ["moved/scale.leir"])
+
+        (root / "moved").rename(elsewhere / "moved")  # out of the watched tree: no event names its files
+        wait_until(lambda: w.rows() == [])
+
+        (elsewhere / "moved").rename(root / "back")  # and in again
+        wait_until(lambda: [r.file for r in w.rows()] == ["back/scale.leir"])
+    finally:
+        w.stop()
+
+
 # ------------------------------------------------------------------ the display and the command
 
 
@@ -499,6 +523,31 @@ def test_the_line_log_prints_a_line_per_changed_row():
         "a.leir\ta\t2 ms\tSplit loop i by 8\t2.00x",
         "a.leir\tremoved",
     ]
+
+
+def test_the_live_table_redraws_over_its_last_drawing():
+    from leir_server.watch import LiveTable
+
+    class Table:
+        root = "/some/dir"
+
+        def rows(self):
+            return [Row("a.leir", "a", "errors", "1:1: oops")]
+
+    out = io.StringIO()
+    live = LiveTable(out)
+    live(Table())
+    first = out.getvalue()
+    live(Table())
+    second = out.getvalue()[len(first):]
+
+    assert not first.startswith("\x1b")
+    lines = first.splitlines()
+    assert lines[0].split() == ["file", "kernel", "latency", "best", "next", "step", "expected", "speedup"]
+    assert lines[2].split() == ["a.leir", "a", "errors", "1:1:", "oops"]
+    assert lines[-1] == "watching /some/dir (Ctrl-C stops)"
+    # Back up over the whole previous drawing, clear, and draw again.
+    assert second == f"\x1b[{len(lines)}F\x1b[J" + first
 
 
 def watch_command(*args, env=None, timeout=300):
