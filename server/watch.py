@@ -56,6 +56,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def latency_text(ms: float | None, status: str) -> str:
     if ms is not None:
+        if ms < 0.1:
+            return f"{ms * 1000:.3g} us"
         return f"{ms:.3g} ms" if ms < 1000 else f"{ms / 1000:.3g} s"
     if status in ("measuring", "queued", "verifying"):
         return status + "..."

@@ -550,6 +550,14 @@ def test_the_live_table_redraws_over_its_last_drawing():
     assert second == f"\x1b[{len(lines)}F\x1b[J" + first
 
 
+@pytest.mark.parametrize("ms, text", [(0.00457, "4.57 us"), (0.433, "0.433 ms"), (35.16, "35.2 ms"),
+                                      (2500.0, "2.5 s")])
+def test_latencies_are_shown_in_a_readable_unit(ms, text):
+    from leir_server.watch import latency_text
+
+    assert latency_text(ms, "measured") == text
+
+
 def watch_command(*args, env=None, timeout=300):
     return subprocess.run([sys.executable, "-m", "leir_server", "watch", *map(str, args)], capture_output=True,
                           text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=env)
