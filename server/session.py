@@ -172,6 +172,9 @@ class DocumentSnapshot:
             return CheckedFile(self.text, self.source, [error(
                 _whole(self.text), "document-too-large",
                 f"{len(self.text)} characters is more than the {MAX_DOCUMENT_BYTES} leir checks; not checked")])
+        if self.language == "leir":  # what check_text does, sharing the parse with ``leir``
+            doc = self.leir
+            return CheckedFile(self.text, doc.source, doc.diagnostics)
         return check_text(self.text, self.language)
 
     @cached_property

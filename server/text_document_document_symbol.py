@@ -3,6 +3,7 @@ kernel -> loop nests -> loops, with tensors as variables (``leir.outline``)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 from lsprotocol import types
@@ -18,18 +19,23 @@ _KIND = {
 }
 
 
-def handle(server, params: types.DocumentSymbolParams) -> list[types.DocumentSymbol] | None:
+async def handle(server, params: types.DocumentSymbolParams) -> list[types.DocumentSymbol] | None:
     snapshot = server.session.snapshot(params.text_document.uri)
     if snapshot is None or snapshot.too_large:
         return None
+    # A parse of a big file takes a while: never on the protocol loop.
+    return await asyncio.to_thread(symbols, snapshot)
+
+
+def symbols(snapshot) -> list[types.DocumentSymbol]:
     from leir import outline
 
     if snapshot.language == "leir":
         doc = snapshot.leir
-        symbols = outline.leir_symbols(snapshot.text, kernel_name(snapshot.uri), doc.program, doc.analysis)
+        found = outline.leir_symbols(snapshot.text, kernel_name(snapshot.uri), doc.program, doc.analysis)
     else:
-        symbols = outline.tvmscript_symbols(snapshot.text)
-    return [_lsp(snapshot, s) for s in symbols]
+        found = outline.tvmscript_symbols(snapshot.text)
+    return [_lsp(snapshot, s) for s in found]
 
 
 def kernel_name(uri: str) -> str:

@@ -3,15 +3,21 @@ Python files, TVMScript kernels (``leir.outline``)."""
 
 from __future__ import annotations
 
+import asyncio
+
 from lsprotocol import types
 
 _KIND = {"region": types.FoldingRangeKind.Region, "comment": types.FoldingRangeKind.Comment}
 
 
-def handle(server, params: types.FoldingRangeParams) -> list[types.FoldingRange] | None:
+async def handle(server, params: types.FoldingRangeParams) -> list[types.FoldingRange] | None:
     snapshot = server.session.snapshot(params.text_document.uri)
     if snapshot is None or snapshot.too_large:
         return None
+    return await asyncio.to_thread(folding_ranges, snapshot)  # parses: off the protocol loop
+
+
+def folding_ranges(snapshot) -> list[types.FoldingRange]:
     from leir import outline
 
     if snapshot.language == "leir":

@@ -5,16 +5,25 @@ are left to Python formatters."""
 
 from __future__ import annotations
 
+import asyncio
+
 from lsprotocol import types
 
 
-def handle(server, params: types.DocumentFormattingParams) -> list[types.TextEdit] | None:
+async def handle(server, params: types.DocumentFormattingParams) -> list[types.TextEdit] | None:
     snapshot = server.session.snapshot(params.text_document.uri)
     if snapshot is None or snapshot.language != "leir":
         return None
+    edits, refusal = await asyncio.to_thread(formatting, snapshot)  # parses: off the protocol loop
+    if refusal is not None:
+        server.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=refusal))
+    return edits
+
+
+def formatting(snapshot) -> tuple[list[types.TextEdit] | None, str | None]:
+    """The edits, or None and why the document is not formatted."""
     if snapshot.too_large:
-        _refuse(server, "leir: not formatted: the document is too large to check")
-        return None
+        return None, "leir: not formatted: the document is too large to check"
     from leir.format import canonical_text
 
     doc = snapshot.leir
@@ -24,12 +33,7 @@ def handle(server, params: types.DocumentFormattingParams) -> list[types.TextEdi
         first = errors[0]
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         where = doc.source.format_location(first.span)
-        _refuse(server, f"leir: not formatted: syntax error at {where}: {first.message}{more}")
-        return None
+        return None, f"leir: not formatted: syntax error at {where}: {first.message}{more}"
     if text == snapshot.text:
-        return []
-    return [types.TextEdit(range=snapshot.whole_range(), new_text=text)]
-
-
-def _refuse(server, message: str) -> None:
-    server.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=message))
+        return [], None
+    return [types.TextEdit(range=snapshot.whole_range(), new_text=text)], None

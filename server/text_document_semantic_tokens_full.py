@@ -8,6 +8,8 @@ server's business, and an editor uses one provider's tokens per document.
 
 from __future__ import annotations
 
+import asyncio
+
 from lsprotocol import types
 
 # The legend is spelled out here, not imported from leir.outline, so that
@@ -26,14 +28,18 @@ OPTIONS = types.SemanticTokensRegistrationOptions(
 )
 
 
-def handle(server, params: types.SemanticTokensParams) -> types.SemanticTokens:
+async def handle(server, params: types.SemanticTokensParams) -> types.SemanticTokens:
     snapshot = server.session.snapshot(params.text_document.uri)
     if snapshot is None or snapshot.language != "leir" or snapshot.too_large:
         return types.SemanticTokens(data=[])
+    return types.SemanticTokens(data=await asyncio.to_thread(tokens, snapshot))  # parses: off the loop
+
+
+def tokens(snapshot) -> list[int]:
     from leir import outline
 
     doc = snapshot.leir
-    return types.SemanticTokens(data=encode(snapshot, outline.leir_tokens(snapshot.text, doc.program, doc.analysis)))
+    return encode(snapshot, outline.leir_tokens(snapshot.text, doc.program, doc.analysis))
 
 
 def encode(snapshot, tokens) -> list[int]:
