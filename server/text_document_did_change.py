@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from lsprotocol import types
 
-from leir_server import diagnostics
+from leir_server import diagnostics, trajectory
 
 
 def handle(server, params: types.DidChangeTextDocumentParams) -> None:
@@ -14,4 +14,5 @@ def handle(server, params: types.DidChangeTextDocumentParams) -> None:
     if uri not in server.session.languages:
         return
     server.session.hints.pop(uri, None)  # they were computed on the old text
+    trajectory.confirm(server, uri)  # a resolved step's edit, now in the text: record the step
     diagnostics.schedule(server, uri)

@@ -4,11 +4,11 @@
 ``codeAction/resolve`` only hands the client an edit; the client may apply
 it or not. So a resolved step is *expected*: it is recorded once the
 document's text is seen to equal the edited text (the client applied it).
-The server looks when it next reads the document for this feature: a code
-action, code lens, hover or save request, or ``leir.showTrajectory``. An
-edit applied and then typed over before any of those runs is not recorded:
-the record errs towards missing a step, never towards a step that was not
-applied.
+The server looks on each ``didChange`` (the edit arrives as one), and again
+when it reads the document for a code action, code lens, hover, save or
+``leir.showTrajectory``. Text equal to the edit's result that the user typed
+by hand would count too; the record never has a step whose edit the
+document did not show.
 """
 
 from __future__ import annotations

@@ -153,6 +153,7 @@ async def test_an_applied_step_enters_the_trajectory_once_the_document_shows_it(
         command="leir.showTrajectory", arguments=[{"uri": uri}]))
     [change] = resolved.edit.document_changes
     leir_lsp.edit(uri, change.edits[0].range, change.edits[0].new_text)
+    leir_lsp.edit(uri, "1:1-1:1", "# typed after the edit\n")  # the record was made on the edit's didChange
     after = await leir_lsp.workspace_execute_command_async(types.ExecuteCommandParams(
         command="leir.showTrajectory", arguments=[{"uri": uri}]))
 
@@ -162,6 +163,18 @@ async def test_an_applied_step_enters_the_trajectory_once_the_document_shows_it(
     assert step["title"] == "Split loop i by 8"
     assert step["verified"].startswith("Y: ok")
     assert step["latency_before_ms"] is None  # nothing was measured
+
+
+async def test_a_resolved_step_whose_edit_is_not_applied_is_not_recorded(leir_lsp: LeirClient):
+    text, cursor = marked(TRANSPOSE.replace("L^{32}_{i}", "L^{32}_{$0i}"))
+    uri = await leir_lsp.open("not-applied.leir", text)
+    await leir_lsp.code_action_resolve_async(action_for(await actions_at(leir_lsp, uri, cursor), SPLIT_I))
+
+    leir_lsp.edit(uri, "1:1-1:1", "# another edit\n")
+    shown = await leir_lsp.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="leir.showTrajectory", arguments=[{"uri": uri}]))
+
+    assert shown["steps"] == []
 
 
 async def test_hover_on_a_loop_shows_its_facts_and_the_steps_there(leir_lsp: LeirClient):
