@@ -42,9 +42,10 @@ def position_of(text: str, needle: str) -> tuple[int, int]:
     return line, offset - (text.rfind("\n", 0, offset) + 1)
 
 
-def run_neovim(nvim: str, file: Path, line: int, character: int, out: Path) -> dict:
+def run_neovim(nvim: str, file: Path, line: int, character: int, out: Path, filetype: str = "leir") -> dict:
     env = {
         **os.environ,
+        "LEIR_FILETYPE": filetype,
         "LEIR_LSP_CMD": json.dumps([sys.executable, "-m", "leir_server"]),
         "LEIR_FILE": str(file),
         "LEIR_LINE": str(line),
@@ -108,3 +109,48 @@ def test_neovim_hovers_and_applies_a_code_action(nvim, tmp_path, examples_dir):
     ).stdout
     assert edited.read_text() == expected
     assert expected != original
+
+
+TVMSCRIPT = '''\
+"""A kernel in a Python file, among other code."""
+from tvm.script import tirx as T
+
+
+@T.prim_func(s_tir=True)
+def scale(A: T.Buffer((64, 32), "float32"), B: T.Buffer((64, 32), "float32")):
+    T.func_attr({"tir.noalias": True})
+    for i, j in T.grid(64, 32):
+        with T.sblock("B"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            T.reads(A[vi, vj])
+            T.writes(B[vi, vj])
+            B[vi, vj] = A[vi, vj] * T.float32(2.0)
+
+
+def unrelated():
+    return 42
+'''
+
+
+def test_neovim_applies_a_code_action_to_a_tvmscript_kernel(nvim, tmp_path):
+    (tmp_path / "editor").mkdir()
+    (tmp_path / "cli").mkdir()
+    edited, pristine = tmp_path / "editor" / "kernels.py", tmp_path / "cli" / "kernels.py"
+    edited.write_text(TVMSCRIPT)
+    pristine.write_text(TVMSCRIPT)
+    line, character = position_of(TVMSCRIPT, "for i, j in T.grid")
+
+    record = run_neovim(nvim, edited, line, character + len("for "), tmp_path / "record.json", filetype="python")
+
+    assert record["diagnostics"] == []
+    assert "64" in hover_text(record["hover"])  # the loop i under the cursor: 64 iterations
+    first = record["actions"][0]
+    assert first["kind"] == "refactor.rewrite" and "edit" not in first
+    assert first["data"]["kernel"] == "scale"
+    expected = subprocess.run(
+        [str(LEIR), "apply", str(pristine), "--kernel", "scale", "--step", json.dumps(first["data"]["step"])],
+        capture_output=True, text=True, timeout=300, check=True,
+    ).stdout
+    assert edited.read_text() == expected
+    assert expected != TVMSCRIPT
+    assert expected.endswith("def unrelated():\n    return 42\n")  # the rest of the file is untouched

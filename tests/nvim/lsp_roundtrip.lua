@@ -6,6 +6,7 @@
 --
 --   LEIR_LSP_CMD   the server command, a JSON list
 --   LEIR_FILE      the file to open (it is overwritten by the applied edit)
+--   LEIR_FILETYPE  its filetype (default leir; python for a TVMScript file)
 --   LEIR_LINE, LEIR_CHARACTER   the LSP position (0-based) to hover and ask at
 --   LEIR_OUT       where to write the JSON record
 --   LEIR_TIMEOUT_MS  per request (default 60000: the first code action may
@@ -51,7 +52,7 @@ local function main()
   vim.cmd('edit ' .. vim.fn.fnameescape(file))
   local bufnr = vim.api.nvim_get_current_buf()
   -- Neovim knows no .leir filetype; the server takes the language from it.
-  vim.bo[bufnr].filetype = 'leir'
+  vim.bo[bufnr].filetype = os.getenv('LEIR_FILETYPE') or 'leir'
   local uri = vim.uri_from_bufnr(bufnr)
 
   local diagnostics = nil
