@@ -30,6 +30,7 @@ this target and device (``leir.measure.key``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import sqlite3
@@ -221,8 +222,13 @@ class MeasuredLookup:
         from leir.measure.key import measurement_key
 
         try:
-            key = measurement_key(analysis, self.target_key, self.device, self.toolchain)
-            return self.cache.lookup(key)
+            memo = self._memo.get(id(analysis))
+            if memo is None or memo[0] is not analysis:
+                memo = self._memo[id(analysis)] = (analysis, measurement_key(analysis, self.target_key, self.device,
+                                                                             self.toolchain))
+                if len(self._memo) > 64:
+                    self._memo.pop(next(iter(self._memo)))
+            return self.cache.lookup(memo[1])
         except LeirError:
             return None
 
@@ -291,26 +297,71 @@ def order(found: list[Suggestion]) -> list[Suggestion]:
     return measured + rest
 
 
-def _scores(analysis: Analysis, target: str) -> dict[str, tuple[float, tuple[str, ...]]]:
+# Hover and code actions ask again and again about one version of a
+# document: its analysis and the ranking of all its steps are computed once
+# per text (and target kind), the steps at the cursor each time.
+
+
+@functools.lru_cache(maxsize=8)
+def _document(text: str):
+    from leir.document import load_leir
+
+    return load_leir(text)
+
+
+@functools.lru_cache(maxsize=8)
+def _kernel(text: str, kernel: str | None, at: int | None):
+    from leir.transforms.tvmscript import load_kernel
+
+    return load_kernel(text, kernel, at)
+
+
+def kernel_at(text: str, kernel: str | None = None, at: int | None = None):
+    """``leir.transforms.tvmscript.load_kernel``, remembered for the last few
+    texts: the kernel named, else the only one, else the one holding ``at``."""
+    from leir.transforms.tvmscript import KernelError
+
+    if kernel is not None or at is None:
+        return _kernel(text, kernel, None)
+    try:
+        return _kernel(text, None, None)
+    except KernelError:  # several kernels: the cursor chooses
+        return _kernel(text, None, at)
+
+
+_rankings: dict[tuple, dict[str, tuple[float, tuple[str, ...]]]] = {}
+_rankings_lock = threading.Lock()
+
+
+def _scores(analysis: Analysis, target: str, key: tuple) -> dict[str, tuple[float, tuple[str, ...]]]:
+    """``rank``'s score and facts per step key, computed once per ``key``
+    (the text the analysis came from)."""
     from leir.optimize import rank
 
     # rank() knows "llvm" and "cuda"; an RPC device runs one of them.
     kind = "cuda" if "cuda" in target else "llvm"
-    return {r.step.key: (r.score, r.facts) for r in rank(analysis, kind)}
+    with _rankings_lock:
+        found = _rankings.get((key, kind))
+    if found is None:
+        found = {r.step.key: (r.score, r.facts) for r in rank(analysis, kind)}
+        with _rankings_lock:
+            _rankings[(key, kind)] = found
+            while len(_rankings) > 16:
+                _rankings.pop(next(iter(_rankings)))
+    return found
 
 
 def _leir_suggestions(text: str, at: int | None, target: str, measured: MeasuredLookup | None) -> list[Suggestion]:
     from leir import transforms
-    from leir.document import load_leir
 
-    doc = load_leir(text)
+    doc = _document(text)
     if not doc.ok:
         return []
     analysis = doc.analysis
     candidates = transforms.candidates(analysis, at)
     if not candidates:
         return []
-    scores = _scores(analysis, target)
+    scores = _scores(analysis, target, ("leir", text))
     before = measured.measured(analysis) if measured is not None else None
     digest = program_digest(analysis) if before is not None else None
     out = []
@@ -324,9 +375,9 @@ def _leir_suggestions(text: str, at: int | None, target: str, measured: Measured
 def _tvmscript_suggestions(text: str, at: int | None, kernel: str | None, target: str,
                            measured: MeasuredLookup | None) -> list[Suggestion]:
     from leir import transforms
-    from leir.transforms.tvmscript import _retitle, load_kernel
+    from leir.transforms.tvmscript import _retitle
 
-    k = load_kernel(text, kernel, at)
+    k = kernel_at(text, kernel, at)
     ctx = k.ctx
     if at is None:
         found = transforms.candidates(ctx, None)
@@ -339,7 +390,7 @@ def _tvmscript_suggestions(text: str, at: int | None, kernel: str | None, target
         found = sorted(seen.values(), key=lambda c: order[c.step.id])
     if not found:
         return []
-    scores = _scores(ctx.analysis, target)
+    scores = _scores(ctx.analysis, target, ("tvmscript", text, k.name))
     before = measured.measured(ctx.analysis) if measured is not None else None
     digest = program_digest(ctx.analysis) if before is not None else None
     out = []

@@ -46,11 +46,11 @@ def kernel_analysis(snapshot: "DocumentSnapshot", kernel: str | None) -> "Analys
     if snapshot.language == "leir":
         doc = snapshot.leir
         return doc.analysis if doc is not None and doc.ok else None
+    from leir.suggest import kernel_at
     from leir.transforms import TransformError
-    from leir.transforms.tvmscript import load_kernel
 
     try:
-        return load_kernel(snapshot.text, kernel).ctx.analysis
+        return kernel_at(snapshot.text, kernel).ctx.analysis
     except TransformError:
         return None
 

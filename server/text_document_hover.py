@@ -31,11 +31,11 @@ def _leir_offsets(snapshot, offset: int):
         if doc is None or not doc.ok:
             return None, []
         return doc.analysis, [offset]
+    from leir.suggest import kernel_at
     from leir.transforms import TransformError
-    from leir.transforms.tvmscript import load_kernel
 
     try:
-        k = load_kernel(snapshot.text, None, offset)
+        k = kernel_at(snapshot.text, None, offset)
     except TransformError:
         return None, []
     return k.ctx.analysis, k.leir_offsets(offset)
