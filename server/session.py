@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
@@ -138,6 +137,33 @@ def uri_to_path(uri: str) -> str | None:
     return unquote(parsed.path)
 
 
+class computed_once:
+    """``functools.cached_property`` with one lock per snapshot and
+    attribute. (Python 3.11's has one lock per attribute for every instance:
+    one Python document's check, seconds of TVM, would hold up the checks
+    and requests of every other document.)"""
+
+    def __init__(self, func):
+        self.func = func
+        self.name = func.__name__
+        self.__doc__ = func.__doc__
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, instance, owner=None):
+        if instance is None:
+            return self
+        values = instance.__dict__  # once set, found there before this descriptor
+        if self.name in values:
+            return values[self.name]
+        locks = values.setdefault("_computing", {})  # dict.setdefault is atomic
+        with locks.setdefault(self.name, threading.Lock()):
+            if self.name not in values:
+                values[self.name] = self.func(instance)
+        return values[self.name]
+
+
 @dataclass(frozen=True, eq=False)
 class DocumentSnapshot:
     """One version of one document, and what is computed from it (lazily,
@@ -148,19 +174,19 @@ class DocumentSnapshot:
     text: str
     language: str  # "leir" or "tvmscript"
 
-    @cached_property
+    @computed_once
     def source(self) -> "SourceText":
         from leir.diagnostics import SourceText
 
         return SourceText(self.text)
 
-    @cached_property
+    @computed_once
     def too_large(self) -> bool:
         from leir.document import MAX_DOCUMENT_BYTES
 
         return len(self.text) > MAX_DOCUMENT_BYTES
 
-    @cached_property
+    @computed_once
     def checked(self) -> "CheckedFile":
         """Parse and checks of the whole document (either language). For a
         Python file this imports TVM (seconds, the first time) and parses the
@@ -177,7 +203,7 @@ class DocumentSnapshot:
             return CheckedFile(self.text, doc.source, doc.diagnostics)
         return check_text(self.text, self.language)
 
-    @cached_property
+    @computed_once
     def kernels(self) -> "list[KernelSource]":
         """The TVMScript kernels of a Python document, read from its syntax
         tree (no TVM import, nothing runs); [] for a ``.leir`` document."""
@@ -187,7 +213,7 @@ class DocumentSnapshot:
 
         return find_kernels(self.text)[0]
 
-    @cached_property
+    @computed_once
     def leir(self) -> "LeirDocument | None":
         """The parsed and analysed LEIR program of a ``.leir`` document."""
         if self.language != "leir" or self.too_large:

@@ -163,3 +163,31 @@ async def test_close_cancels_the_pending_check_and_clears():
     await server.settle()
 
     assert [(p.version, list(p.diagnostics)) for p in server.published] == [(None, [])]
+
+
+def test_a_slow_check_of_one_document_does_not_hold_up_another(monkeypatch):
+    import leir.document
+    from leir_server.session import DocumentSnapshot
+
+    started, release = threading.Event(), threading.Event()
+    real = leir.document.check_text
+
+    def slow_python(text, language):
+        if language == "tvmscript":
+            started.set()
+            release.wait(60)
+        return real(text, language)
+
+    monkeypatch.setattr(leir.document, "check_text", slow_python)
+    python = DocumentSnapshot("file:///t/k.py", 1, "x = 1\n", "tvmscript")
+    leir_doc = DocumentSnapshot(URI, 1, BAD, "leir")
+    worker = threading.Thread(target=lambda: python.checked)
+    worker.start()
+    try:
+        assert started.wait(30)
+        # The Python check is still running; the .leir one is not queued behind it.
+        assert [d.code for d in leir_doc.checked.diagnostics] == ["unexpected-character"]
+        assert not release.is_set() and worker.is_alive()
+    finally:
+        release.set()
+        worker.join()
