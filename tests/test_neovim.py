@@ -143,7 +143,8 @@ def test_neovim_applies_a_code_action_to_a_tvmscript_kernel(nvim, tmp_path):
     record = run_neovim(nvim, edited, line, character + len("for "), tmp_path / "record.json", filetype="python")
 
     assert record["diagnostics"] == []
-    assert "64" in hover_text(record["hover"])  # the loop i under the cursor: 64 iterations
+    hover = hover_text(record["hover"])  # on loop i of the kernel: 64 iterations
+    assert "`i`" in hover and "64" in hover, hover
     first = record["actions"][0]
     assert first["kind"] == "refactor.rewrite" and "edit" not in first
     assert first["data"]["kernel"] == "scale"
