@@ -240,3 +240,23 @@ def test_the_outline_imports_neither_tvm_nor_numpy():
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_every_example_has_a_consistent_outline(examples_dir):
+    for path in sorted(examples_dir.glob("*.leir")):
+        text = path.read_text()
+        doc = load_leir(text)
+        [kernel] = outline.leir_symbols(text, path.stem, doc.program, doc.analysis)
+
+        def check(symbol):
+            assert symbol.name, path.name
+            assert symbol.span.start <= symbol.selection.start <= symbol.selection.end <= symbol.span.end, path.name
+            for child in symbol.children:
+                assert symbol.span.start <= child.span.start and child.span.end <= symbol.span.end, path.name
+                check(child)
+
+        check(kernel)
+        assert {s.name for s in kernel.children if s.kind == "tensor"} == set(doc.analysis.tensors), path.name
+        lines = text.count("\n") + 1
+        for fold in outline.leir_folds(text, doc.program):
+            assert 0 <= fold.start_line < fold.end_line < lines, path.name

@@ -246,3 +246,23 @@ async def test_python_kernels_appear_in_the_outline(leir_lsp: LeirClient):
     assert (kernel.name, show(kernel.selection_range)) == ("fill", "4:5-4:9")
     assert [(c.name, c.kind) for c in kernel.children] == [
         ("A", types.SymbolKind.Variable), ("i", types.SymbolKind.Operator)]
+
+
+async def test_formatting_agrees_with_leir_fmt_on_the_examples(leir_lsp: LeirClient, examples_dir, tmp_path):
+    import subprocess
+    import sys
+
+    for path in sorted(examples_dir.glob("*.leir"))[:6]:
+        # Each example in a non-canonical layout: everything on one line.
+        text = " ".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("#"))
+        uri = await leir_lsp.open(path.name, text)
+        edits = await leir_lsp.text_document_formatting_async(types.DocumentFormattingParams(
+            text_document=_doc(uri), options=types.FormattingOptions(tab_size=2, insert_spaces=True)))
+        one_line = tmp_path / path.name
+        one_line.write_text(text)
+        fmt = subprocess.run([sys.executable, "-m", "leir.cli", "fmt", str(one_line)],
+                             capture_output=True, text=True, timeout=120)
+
+        assert fmt.returncode == 0, fmt.stderr
+        [edit] = edits
+        assert edit.new_text == fmt.stdout, path.name
