@@ -191,3 +191,15 @@ def test_a_slow_check_of_one_document_does_not_hold_up_another(monkeypatch):
     finally:
         release.set()
         worker.join()
+
+
+def test_python_syntax_errors_are_reported_only_in_kernel_files():
+    from leir_server.session import DocumentSnapshot
+
+    plain = DocumentSnapshot("file:///t/a.py", 1, "def f(:\n", "tvmscript")
+    kernel_file = DocumentSnapshot("file:///t/k.py", 1, "@T.prim_func\ndef f(:\n", "tvmscript")
+
+    assert diagnostics.document_diagnostics(plain) == []
+    [d] = diagnostics.document_diagnostics(kernel_file)
+    assert d.code == "python-syntax"
+    assert kernel_file.range(d.span).start.line == 1
