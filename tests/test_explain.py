@@ -535,6 +535,7 @@ def test_predicted_after_equals_the_applied_step(name):
     from leir import transforms
     from leir.explain import predicted_after
     from leir.printer import print_program
+    from leir.semantics import analyze
 
     a = analysis((EXAMPLES / f"{name}.leir").read_text())
     compared = 0
@@ -542,7 +543,11 @@ def test_predicted_after_equals_the_applied_step(name):
         predicted = predicted_after(a, c.step)
         if predicted is None:
             continue
-        assert print_program(predicted.program) == print_program(transforms.apply(a, c.step)), c.step.key
+        applied = transforms.apply(a, c.step)
+        assert print_program(predicted.program) == print_program(applied), c.step.key
+        # The light analysis of the prediction reasons exactly as the full one.
+        assert step_reasoning(a, predicted, c.step, machine=MACHINE).text == \
+            step_reasoning(a, analyze(applied), c.step, machine=MACHINE).text, c.step.key
         compared += 1
     assert compared
 
