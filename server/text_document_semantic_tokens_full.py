@@ -49,16 +49,17 @@ def encode(snapshot, tokens) -> list[int]:
     modifier_bit = {name: 1 << i for i, name in enumerate(TOKEN_MODIFIERS)}
     data: list[int] = []
     prev_line = prev_char = 0
+    position = snapshot.source.position_utf16  # (line, UTF-16 column)
     for token in tokens:
-        start = snapshot.position(token.start)
-        end = snapshot.position(token.end)
-        if end.line != start.line or end.character <= start.character:
+        line, char = position(token.start)
+        end_line, end_char = position(token.end)
+        if end_line != line or end_char <= char:
             continue  # tokens never span lines; skip rather than mislead
-        delta_line = start.line - prev_line
-        delta_char = start.character - prev_char if delta_line == 0 else start.character
+        delta_line = line - prev_line
+        delta_char = char - prev_char if delta_line == 0 else char
         bits = 0
         for m in token.modifiers:
             bits |= modifier_bit[m]
-        data += [delta_line, delta_char, end.character - start.character, types_index[token.type], bits]
-        prev_line, prev_char = start.line, start.character
+        data += [delta_line, delta_char, end_char - char, types_index[token.type], bits]
+        prev_line, prev_char = line, char
     return data
