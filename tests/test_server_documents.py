@@ -202,8 +202,22 @@ def _decode(text: str, data: list[int], legend: types.SemanticTokensLegend):
         dl, dc, length, kind, bits = data[i:i + 5]
         line, col = line + dl, (col + dc if dl == 0 else dc)
         mods = [m for b, m in enumerate(legend.token_modifiers) if bits & (1 << b)]
-        out.append((lines[line][col:col + length], legend.token_types[kind], mods))
+        units = lines[line].encode("utf-16-le")  # LSP columns count UTF-16 units
+        word = units[2 * col:2 * (col + length)].decode("utf-16-le")
+        out.append((word, legend.token_types[kind], mods))
     return out
+
+
+async def test_semantic_token_columns_count_utf16_units(leir_lsp: LeirClient):
+    text = "L^{4}_{i} [ Y_{i} = \U0001F600 X_{i}; ];\n"  # an emoji is two UTF-16 units
+    uri = await leir_lsp.open("emoji.leir", text)
+    legend = leir_lsp.server_capabilities.semantic_tokens_provider.legend
+
+    result = await leir_lsp.text_document_semantic_tokens_full_async(
+        types.SemanticTokensParams(text_document=_doc(uri)))
+
+    decoded = _decode(text, result.data, legend)
+    assert decoded[-2:] == [("X", "variable", ["readonly"]), ("i", "parameter", [])]
 
 
 async def test_formatting_returns_the_canonical_text(leir_lsp: LeirClient):
