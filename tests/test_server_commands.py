@@ -243,3 +243,27 @@ async def test_cancel_request_ends_optimize_and_its_measurements(leir_lsp: LeirC
     stored = stored_measurements(own_cache)
     await command(leir_lsp, "leir.convert", {"uri": uri})
     assert stored_measurements(own_cache) == stored
+
+
+async def test_optimize_with_apply_edits_the_unchanged_document_and_records_its_steps(leir_lsp: LeirClient):
+    # The editor side of workspace/applyEdit: apply the edit as a change, as an editor does.
+    applied_edits = []
+
+    @leir_lsp.feature(types.WORKSPACE_APPLY_EDIT)
+    def apply_edit(ls, params: types.ApplyWorkspaceEditParams):
+        [change] = params.edit.document_changes
+        [edit] = change.edits
+        applied_edits.append(change.text_document.version)
+        ls.edit(change.text_document.uri, edit.range, edit.new_text)
+        return types.ApplyWorkspaceEditResult(applied=True)
+
+    # k innermost reads W with stride 48: swapping j and k makes every access
+    # contiguous, a large gain the search keeps.
+    uri = await leir_lsp.open("apply.leir", MATMUL, version=4)
+    result = await command(leir_lsp, "leir.optimize", {"uri": uri, "steps": 1, "budget": 12, "apply": True})
+    shown = await command(leir_lsp, "leir.showTrajectory", {"uri": uri})
+
+    assert result["steps"], result["stop_reason"]
+    assert result["applied"] is True and applied_edits == [4]
+    assert [(s["id"], s["args"]) for s in shown["steps"]] == [(s["id"], s["args"]) for s in result["steps"]]
+    assert shown["steps"][0]["latency_after_ms"] == result["steps"][0]["latency_after_ms"]
