@@ -569,3 +569,25 @@ def test_decompose_reduction_names_the_initial_value_and_its_writes():
     r = step_reasoning(analysis(before), analysis(after), Step("decompose_reduction", {"block": "S", "loop": "i"}),
                        machine=MACHINE)
     assert "Writes the initial value of S (0.0) in an equation of its own before loop i (64 writes)" in r.text
+
+
+def test_reasoning_facts_are_plain_json():
+    import json
+    import math
+
+    step = Step("tile", {"block": "C", "loops": ["i", "j"], "sizes": [8, 8]})
+    r = step_reasoning(analysis(MATMUL), analysis(MATMUL_TILED), step, measured=(10.0, 4.0), machine=MACHINE)
+    data = json.loads(json.dumps(r.to_json()))
+    assert data["text"] == r.text and data["facts"]["speedup"] == 2.5
+    assert all(math.isfinite(v) for v in data["facts"].values() if isinstance(v, float))
+    loop = loop_facts(analysis(MATMUL), block="C", var="k")
+    assert json.loads(json.dumps(loop.to_json()))["reduction_for"] == ["C"]
+    access = access_facts(analysis(MATMUL), block="C", tensor="W")
+    assert json.loads(json.dumps(access.to_json()))["reuse"] == 128
+
+
+def test_cache_sizes_as_the_kernel_writes_them():
+    from leir.explain.machine import _parse_size
+
+    assert _parse_size("32K\n") == 32 * 1024 and _parse_size("1024K") == 1 << 20 and _parse_size("32M") == 32 << 20
+    assert _parse_size("lots") is None

@@ -7,9 +7,10 @@ sentences, ``predicted_after``), ``markdown`` (hover text). Import from the
 package.
 
 Everything here is computed from the syntax tree and the semantic analysis
-(``leir.semantics.Analysis``): nothing is lowered, compiled or run, and TVM,
-NumPy and the measurement engine are not imported, so hover can call it on
-every request. Every sentence of a ``Reasoning`` states a value that is also
+(``leir.semantics.Analysis``): nothing is lowered, compiled or run, and TVM
+and the measurement engine are not imported, so hover can call it on every
+request (listing the steps legal on a loop may enumerate a small iteration
+space with NumPy, as the checker does). Every sentence of a ``Reasoning`` states a value that is also
 in its ``facts`` dictionary; a fact the analysis cannot compute (a stride
 through ``//``, a cache size the OS does not report) is said to be unknown or
 assumed, never guessed.
@@ -41,7 +42,8 @@ Definitions used throughout (and in docs/reasoning.md):
 
 - *stride* of an access along a loop: how many elements the accessed address
   moves when that loop's variable advances by one (row-major layout); 0 when
-  the loop does not index it, unknown when an index is not affine.
+  the loop does not index it; through ``//`` and ``%`` by constants it is
+  evaluated over one period; unknown when it is not one constant.
 - *footprint* of an access over a set of loops: the number of distinct
   elements it touches while those loops run, per dimension the smaller of the
   index's range and the product of the extents that move it (exact for
