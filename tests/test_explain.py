@@ -95,6 +95,10 @@ def test_matmul_loop_facts_i_and_j_are_spatial_with_row_major_strides():
     assert i.trip_count == 128 and j.trip_count == 128 * 96
     # One iteration of i: a row of X (1 KiB), all of W (96 KiB), a row of C (384 B).
     assert i.iteration_working_set == {"C": 384, "X": 1024, "W": 96 * 1024}
+    # One iteration of k: one element of each, each in its own 64-byte line.
+    k = loop_facts(a, block="C", var="k", legality=False)
+    assert k.iteration_working_set == {"C": 64, "X": 64, "W": 64}
+    assert loop_facts(a, block="C", var="k", legality=False, line_bytes=128).iteration_working_set["W"] == 128
 
 
 def test_loop_facts_by_offset_finds_the_header_under_the_cursor():
@@ -129,6 +133,8 @@ def test_access_facts_bytes_reuse_and_strides():
     assert [(l.var, l.stride, l.indexes) for l in w.loops] == [("i", 0, False), ("j", 1, True), ("k", 96, True)]
     # A full pass of k touches one column of W: 256 elements.
     assert (w.loops[2].footprint, w.loops[2].footprint_bytes) == (256, 1024)
+    # ...in 256 cache lines of 64 bytes: its elements are 96 floats apart.
+    assert w.loops[2].footprint_line_bytes == 256 * 64
     assert w.reuse_loop == "i" and w.reuse_distance_bytes == 384 + 1024 + 96 * 1024
 
     c = access_facts(a, block="C", tensor="C")
@@ -296,7 +302,7 @@ L^{64}_{i} [
     step = Step("compute_at", {"block": "T", "at": {"block": "Y", "loop": "i"}})
     r = step_reasoning(analysis(before), analysis(after), step, machine=MACHINE)
     assert "each iteration writes 32 elements of T (128 B)" in r.text
-    assert "read back within one iteration of i, after 384 B of data" in r.text
+    assert "read back within one iteration of i, after 384 B of cache lines" in r.text
     assert "before, all of T (8 KiB) was written before any of it was read back" in r.text
 
 
@@ -369,9 +375,9 @@ def test_describe_access_markdown():
     a = analysis(MATMUL)
     md = describe_access(a, at=MATMUL.index("W_{"), machine=MACHINE)
     assert "input `W`: f32[256,96], global memory, 96 KiB" in md
-    assert "| k | 256 | 96 | 256 elements, 1 KiB |" in md
+    assert "| k | 256 | 96 | 256 elements, 1 KiB | 16 KiB |" in md  # a column of W: a line per element
     assert "touched 128 times (loops i do not index it)" in md
-    assert "reused across `i` after 97.4 KiB of data (fits in the 1 MiB L2)" in md
+    assert "reused across `i` after 97.4 KiB of cache lines (fits in the 1 MiB L2)" in md
     assert describe_access(a, at=0) is None
 
 

@@ -48,8 +48,10 @@ Definitions used throughout (and in docs/reasoning.md):
   elements it touches while those loops run, per dimension the smaller of the
   index's range and the product of the extents that move it (exact for
   affine indices of one variable per dimension, an upper bound otherwise).
-- *working set* of one iteration of a loop: the bytes of all tensors touched
-  by the loops inside it, over every equation under it.
+- *working set* of one iteration of a loop: the bytes of the cache lines
+  (64 bytes unless the machine says otherwise) holding the elements the
+  loops inside it touch, over every equation under it (a column of a
+  row-major matrix costs a line per element).
 - *reuse loop* of an access: the innermost enclosing loop (of more than one
   iteration) that does not index it; the element is touched again on the next
   iteration of that loop, after the working set of one iteration of it has

@@ -233,20 +233,18 @@ def _dim_box(index: A.Expr, moving: dict[str, int], fixed: dict[str, int]) -> tu
     return b[0], b[1], points
 
 
-def footprint(analysis: Analysis, accesses: Sequence[tuple[A.Access, Sequence[A.Loop], Sequence[A.Loop]]]) -> int:
-    """Distinct elements of one tensor touched by ``accesses``: each is
-    (access, its enclosing loops, the loops among them that run). Per
-    dimension the smaller of the union of the index ranges, the sum of the
-    points each access visits, and the dimension's size; their product."""
-    if not accesses:
-        return 0
-    name = accesses[0][0].tensor
-    t = analysis.tensors.get(name)
+#: Cache line size used when the machine does not say (x86 and most ARM
+#: cores: 64 bytes).
+LINE_BYTES = 64
+
+
+def _dim_counts(analysis: Analysis, accesses) -> list[tuple[int, int, int]] | None:
+    """Per dimension of one tensor, (distinct indices, index span, size)
+    over ``accesses`` (see ``footprint``); None for an unknown tensor."""
+    t = analysis.tensors.get(accesses[0][0].tensor)
     if t is None:
-        return 0
-    if not t.shape:
-        return 1
-    total = 1
+        return None
+    out = []
     for d, size in enumerate(t.shape):
         lo = hi = None
         points = 0
@@ -263,8 +261,51 @@ def footprint(analysis: Analysis, accesses: Sequence[tuple[A.Access, Sequence[A.
             lo = box[0] if lo is None else min(lo, box[0])
             hi = box[1] if hi is None else max(hi, box[1])
             points += box[2]
-        total *= max(1, min(hi - lo + 1, points, size))
-    return total
+        span = min(hi - lo + 1, size)
+        out.append((max(1, min(span, points)), max(1, span), size))
+    return out
+
+
+def footprint(analysis: Analysis, accesses: Sequence[tuple[A.Access, Sequence[A.Loop], Sequence[A.Loop]]]) -> int:
+    """Distinct elements of one tensor touched by ``accesses``: each is
+    (access, its enclosing loops, the loops among them that run). Per
+    dimension the smaller of the union of the index ranges, the sum of the
+    points each access visits, and the dimension's size; their product."""
+    if not accesses:
+        return 0
+    dims = _dim_counts(analysis, accesses)
+    if dims is None:
+        return 0
+    return math.prod(n for n, _, _ in dims)
+
+
+def footprint_lines(analysis: Analysis, accesses, line_bytes: int = LINE_BYTES) -> int:
+    """Cache lines of ``line_bytes`` holding the elements ``footprint``
+    counts (row-major, the tensor assumed line-aligned): trailing dimensions
+    covered whole form one contiguous run with the next one if it is dense;
+    a dimension touched with gaps puts each of its indices in a run of its
+    own. (``C_{k,j}`` over k alone touches one element per row: a line per
+    element.)"""
+    if not accesses:
+        return 0
+    dims = _dim_counts(analysis, accesses)
+    t = analysis.tensors.get(accesses[0][0].tensor)
+    if dims is None or t is None:
+        return 0
+    eb = dtype_bytes(t.dtype)
+    if not dims:
+        return 1
+    run = 1  # elements in one contiguous run
+    k = len(dims) - 1
+    while k > 0 and dims[k][0] == dims[k][2]:
+        run *= dims[k][2]
+        k -= 1
+    n, span, _ = dims[k]
+    rest = math.prod(c for c, _, _ in dims[:k])
+    if n == span:  # dense: the runs of consecutive indices join
+        return math.ceil(n * run * eb / line_bytes) * rest
+    # With gaps: a run per index, but never more lines than the span covers.
+    return min(n * math.ceil(run * eb / line_bytes), math.ceil(span * run * eb / line_bytes)) * rest
 
 
 def _under(info: EquationInfo, loop: A.Loop) -> int | None:
@@ -276,10 +317,12 @@ def _under(info: EquationInfo, loop: A.Loop) -> int | None:
 
 
 def working_set(analysis: Analysis, loop: A.Loop, *, inclusive: bool = False,
-                only: set[int] | None = None) -> dict[str, float]:
+                only: set[int] | None = None, line_bytes: int | None = LINE_BYTES) -> dict[str, float]:
     """Bytes per tensor touched by the loops inside ``loop`` (one iteration
     of it), or by ``loop`` and those inside it (``inclusive``: one full
-    pass), over every equation under it (``only``: these equation indices)."""
+    pass), over every equation under it (``only``: these equation indices):
+    the cache lines of ``line_bytes`` that hold the elements touched, or the
+    elements' own bytes when ``line_bytes`` is None."""
     per_tensor: dict[str, list] = {}
     for info in analysis.equations:
         if only is not None and info.index not in only:
@@ -293,7 +336,10 @@ def working_set(analysis: Analysis, loop: A.Loop, *, inclusive: bool = False,
     out = {}
     for name, accs in per_tensor.items():
         if name in analysis.tensors:
-            out[name] = footprint(analysis, accs) * dtype_bytes(analysis.tensors[name].dtype)
+            if line_bytes is None:
+                out[name] = footprint(analysis, accs) * dtype_bytes(analysis.tensors[name].dtype)
+            else:
+                out[name] = footprint_lines(analysis, accs, line_bytes) * line_bytes
     return out
 
 
@@ -334,7 +380,8 @@ class LoopFacts:
     #: Blocks for which this loop is a reduction axis / a spatial axis.
     reduction_for: list[str]
     spatial_for: list[str]
-    #: Bytes per tensor touched by one iteration / one full pass of the loop.
+    #: Bytes per tensor (of the cache lines touched) in one iteration / one
+    #: full pass of the loop.
     iteration_working_set: dict[str, float]
     pass_working_set: dict[str, float]
     #: Steps offered on this loop (leir.transforms.candidates), as (id, title, args).
@@ -393,7 +440,7 @@ _LOOP_CHECKS = (
 
 
 def loop_facts(analysis: Analysis, *, at: int | None = None, block: str | None = None, var: str | None = None,
-               legality: bool = True, target: str = "llvm") -> LoopFacts | None:
+               legality: bool = True, target: str = "llvm", line_bytes: int = LINE_BYTES) -> LoopFacts | None:
     """Facts about the loop whose header holds offset ``at`` (or loop ``var``
     around block ``block``); None when there is no such loop. ``legality``
     lists the steps offered on it and, for the loop transformations not
@@ -425,8 +472,8 @@ def loop_facts(analysis: Analysis, *, at: int | None = None, block: str | None =
         trip_count=_iterations(site.outer) * loop.extent,
         blocks=[names[k] for k in site.equations], strides=strides,
         reduction_for=reduction_for, spatial_for=spatial_for,
-        iteration_working_set=working_set(analysis, loop),
-        pass_working_set=working_set(analysis, loop, inclusive=True),
+        iteration_working_set=working_set(analysis, loop, line_bytes=line_bytes),
+        pass_working_set=working_set(analysis, loop, inclusive=True, line_bytes=line_bytes),
     )
     if legality and analysis.ok:
         _legality(ctx, site, facts, target)
@@ -479,9 +526,11 @@ class LoopAccess:
     stride: int | None
     #: Whether the loop's variable appears in the access's indices.
     indexes: bool
-    #: Distinct elements / bytes touched by one full pass of this loop.
+    #: Distinct elements / their bytes / the bytes of the cache lines
+    #: holding them, touched by one full pass of this loop.
     footprint: int
     footprint_bytes: float
+    footprint_line_bytes: float
 
 
 @dataclass
@@ -527,7 +576,7 @@ def _find_access(analysis: Analysis, at: int) -> tuple[EquationInfo, A.Access, i
 
 
 def access_facts(analysis: Analysis, *, at: int | None = None, block: str | None = None,
-                 tensor: str | None = None, occurrence: int = 0) -> AccessFacts | None:
+                 tensor: str | None = None, occurrence: int = 0, line_bytes: int = LINE_BYTES) -> AccessFacts | None:
     """Facts about the access under offset ``at`` (the innermost one), or
     the ``occurrence``-th access of ``tensor`` in block ``block``."""
     ctx = _context(analysis)
@@ -557,10 +606,11 @@ def access_facts(analysis: Analysis, *, at: int | None = None, block: str | None
     for d, l in enumerate(info.loops):
         running = info.loops[d:]
         fp = footprint(analysis, [(access, info.loops, running)])
+        lines = footprint_lines(analysis, [(access, info.loops, running)], line_bytes)
         loops.append(LoopAccess(l.var, l.extent, _stride(analysis, access, l.var, info.loops), l.var in indexed, fp,
-                                fp * dtype_bytes(t.dtype)))
+                                fp * dtype_bytes(t.dtype), lines * line_bytes))
     reuse_loops = [l.var for l in info.loops if l.var not in indexed and l.extent > 1]
-    reuse_loop, distance = _reuse(analysis, info, access)
+    reuse_loop, distance = _reuse(analysis, info, access, line_bytes)
     return AccessFacts(
         tensor=t.name, text=_print(access), block=ctx.block_names[info.index], written=n == 0,
         shape=t.shape, dtype=t.dtype, scope=t.scope, role=t.role, bytes=t.size * dtype_bytes(t.dtype),
@@ -570,13 +620,16 @@ def access_facts(analysis: Analysis, *, at: int | None = None, block: str | None
     )
 
 
-def _reuse(analysis: Analysis, info: EquationInfo, access: A.Access) -> tuple[str | None, float | None]:
+def _reuse(analysis: Analysis, info: EquationInfo, access: A.Access,
+           line_bytes: int = LINE_BYTES) -> tuple[str | None, float | None]:
+    """The access's reuse loop and the bytes (in cache lines) one iteration
+    of it touches: the reuse distance."""
     indexed = set()
     for index in access.indices or ():
         indexed |= affine.index_vars(index)
     for l in reversed(info.loops):
         if l.var not in indexed and l.extent > 1:
-            return l.var, sum(working_set(analysis, l).values())
+            return l.var, sum(working_set(analysis, l, line_bytes=line_bytes).values())
     return None, None
 
 

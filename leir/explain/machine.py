@@ -28,6 +28,8 @@ class Machine:
     vector_bytes: int = 32
     vector_isa: str = "AVX2"
     cores: int = 1
+    #: Bytes of one cache line (L1d's coherency line size).
+    line_bytes: int = 64
     assumed: tuple[str, ...] = ()
 
     @staticmethod
@@ -56,7 +58,8 @@ class Machine:
 
     def to_json(self) -> dict[str, Any]:
         return {"l1d": self.l1d, "l2": self.l2, "l3": self.l3, "vector_bytes": self.vector_bytes,
-                "vector_isa": self.vector_isa, "cores": self.cores, "assumed": list(self.assumed)}
+                "vector_isa": self.vector_isa, "cores": self.cores, "line_bytes": self.line_bytes,
+                "assumed": list(self.assumed)}
 
 
 def _parse_size(text: str) -> int | None:
@@ -83,13 +86,17 @@ def _detect_machine() -> Machine:
                 continue
             if level == "1" and kind == "Data":
                 found["l1d"] = size
+                try:
+                    found["line_bytes"] = int((index / "coherency_line_size").read_text().strip())
+                except (OSError, ValueError):
+                    pass
             elif level == "2" and kind in ("Unified", "Data"):
                 found["l2"] = size
             elif level == "3" and kind in ("Unified", "Data"):
                 found["l3"] = size
     except OSError:
         pass
-    assumed = [k for k in ("l1d", "l2", "l3") if k not in found]
+    assumed = [k for k in ("l1d", "l2", "l3", "line_bytes") if k not in found]
     flags: set[str] = set()
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
@@ -113,6 +120,6 @@ def _detect_machine() -> Machine:
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
     return Machine(found.get("l1d", default.l1d), found.get("l2", default.l2), found.get("l3", default.l3),
-                   vector_bytes, isa, cores, tuple(assumed))
+                   vector_bytes, isa, cores, found.get("line_bytes", default.line_bytes), tuple(assumed))
 
 

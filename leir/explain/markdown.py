@@ -18,10 +18,10 @@ def _code(s: str) -> str:
 def describe_loop(analysis: Analysis, *, at: int | None = None, block: str | None = None, var: str | None = None,
                   machine: Machine | None = None, target: str = "llvm") -> str | None:
     """Markdown for hover on a loop header (None when there is no loop)."""
-    f = loop_facts(analysis, at=at, block=block, var=var, target=target)
+    machine = machine or Machine.detect()
+    f = loop_facts(analysis, at=at, block=block, var=var, target=target, line_bytes=machine.line_bytes)
     if f is None:
         return None
-    machine = machine or Machine.detect()
     bound = f" to {A.THREAD_AXES[f.var]}" if f.kind == "B" and f.var in A.THREAD_AXES else ""
     lines = [f"**loop {_code(f.var)}**: {f.kind_name} ({f.kind}){bound}, {f.extent} iterations"
              + (f" from {f.start}" if f.start else "")]
@@ -57,21 +57,21 @@ def describe_loop(analysis: Analysis, *, at: int | None = None, block: str | Non
 def describe_access(analysis: Analysis, *, at: int | None = None, block: str | None = None,
                     tensor: str | None = None, machine: Machine | None = None, target: str = "llvm") -> str | None:
     """Markdown for hover on a tensor access (None when there is none)."""
-    f = access_facts(analysis, at=at, block=block, tensor=tensor)
+    machine = machine or Machine.detect()
+    f = access_facts(analysis, at=at, block=block, tensor=tensor, line_bytes=machine.line_bytes)
     if f is None:
         return None
     from leir.ast import SCOPES
 
-    machine = machine or Machine.detect()
     shape = f"[{','.join(map(str, f.shape))}]" if f.shape else "scalar"
     role = {"in": "input", "out": "output", "tmp": "temporary"}[f.role]
     lines = [f"**{_code(f.text)}** in block {_code(f.block)} ({'written' if f.written else 'read'})",
              f"- {role} {_code(f.tensor)}: {f.dtype}{shape}, {SCOPES[f.scope]} memory, {human_bytes(f.bytes)}"]
     if f.loops:
-        rows = ["| loop | extent | stride | one pass touches |", "|---|---|---|---|"]
+        rows = ["| loop | extent | stride | one pass touches | in cache lines |", "|---|---|---|---|---|"]
         for l in f.loops:
             rows.append(f"| {l.var} | {l.extent} | {_stride_word(l.stride)} | {human_count(l.footprint)} elements, "
-                        f"{human_bytes(l.footprint_bytes)} |")
+                        f"{human_bytes(l.footprint_bytes)} | {human_bytes(l.footprint_line_bytes)} |")
         lines.append("")
         lines.extend(rows)
         lines.append("")
@@ -82,7 +82,7 @@ def describe_access(analysis: Analysis, *, at: int | None = None, block: str | N
         lines.append("- each element is touched once by this access")
     if f.reuse_loop is not None and target != "cuda":
         level = _level(machine, f.reuse_distance_bytes)
-        lines.append(f"- reused across {_code(f.reuse_loop)} after {human_bytes(f.reuse_distance_bytes)} of data"
+        lines.append(f"- reused across {_code(f.reuse_loop)} after {human_bytes(f.reuse_distance_bytes)} of cache lines"
                      + (f" (fits in {machine.cache_text(level)})" if level != "memory" else " (more than every cache)"))
     return "\n".join(lines)
 

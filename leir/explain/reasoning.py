@@ -86,14 +86,14 @@ def _parallel(info: EquationInfo) -> tuple[int, list[A.Loop]]:
     return _iterations(loops), loops
 
 
-def _reuse_table(side: _Side, info: EquationInfo) -> dict[str, tuple[str, float]]:
+def _reuse_table(side: _Side, info: EquationInfo, line_bytes: int) -> dict[str, tuple[str, float]]:
     """Tensor -> (reuse loop, reuse distance in bytes) for the reads and the
     write of one equation (the first access of each tensor)."""
     out: dict[str, tuple[str, float]] = {}
     for a in _accesses(info.equation):
         if a.tensor in out or not a.indices:
             continue
-        loop, distance = _reuse(side.analysis, info, a)
+        loop, distance = _reuse(side.analysis, info, a, line_bytes)
         if loop is not None:
             out[a.tensor] = (loop, distance)
     return out
@@ -192,7 +192,7 @@ def _reuse_changes(w: _Writer, before: _Side, after: _Side, block: str) -> bool:
     bi, ai = before.info(block), after.info(block)
     if bi is None or ai is None:
         return False
-    rb, ra = _reuse_table(before, bi), _reuse_table(after, ai)
+    rb, ra = _reuse_table(before, bi, w.machine.line_bytes), _reuse_table(after, ai, w.machine.line_bytes)
     said = False
     rows = []
     for t in ra:
@@ -212,7 +212,7 @@ def _reuse_changes(w: _Writer, before: _Side, after: _Side, block: str) -> bool:
         where_a = "fits in " + w.machine.cache_text(lva) if lva != "memory" else "exceeds every cache level"
         where_b = "fit in " + w.machine.cache_text(lvb) if lvb != "memory" else "exceeded every cache level"
         if _LEVEL_ORDER[lva] < _LEVEL_ORDER[lvb]:
-            w.say(f"{t} is reused across loop {la} after {human_bytes(da)} of data in between, which {where_a}; "
+            w.say(f"{t} is reused across loop {la} after {human_bytes(da)} of cache lines in between, which {where_a}; "
                   f"before, it was reused across loop {lb} after {human_bytes(db)}, which only {where_b}.")
             said = True
         elif _LEVEL_ORDER[lva] > _LEVEL_ORDER[lvb]:
@@ -230,7 +230,7 @@ def _reuse_changes(w: _Writer, before: _Side, after: _Side, block: str) -> bool:
     return said
 
 
-def _handoffs(analysis: Analysis) -> dict[str, dict[str, Any]]:
+def _handoffs(analysis: Analysis, line_bytes: int) -> dict[str, dict[str, Any]]:
     """For each temporary written by one equation and read by a later one:
     how much data passes between writing an element and reading it back.
     With a loop common to both equations it is the working set of one
@@ -250,7 +250,7 @@ def _handoffs(analysis: Analysis) -> dict[str, dict[str, Any]]:
         common = [l for l in writer.loops if any(l is m for m in reader.loops)]
         if common:
             loop = common[-1]
-            out[t.name] = {"loop": loop.var, "bytes": sum(working_set(analysis, loop).values()),
+            out[t.name] = {"loop": loop.var, "bytes": sum(working_set(analysis, loop, line_bytes=line_bytes).values()),
                            "writer": writer.index, "reader": reader.index}
         else:
             out[t.name] = {"loop": None, "bytes": t.size * dtype_bytes(t.dtype), "writer": writer.index,
@@ -259,7 +259,7 @@ def _handoffs(analysis: Analysis) -> dict[str, dict[str, Any]]:
 
 
 def _handoff_changes(w: _Writer, before: _Side, after: _Side) -> None:
-    hb, ha = _handoffs(before.analysis), _handoffs(after.analysis)
+    hb, ha = _handoffs(before.analysis, w.machine.line_bytes), _handoffs(after.analysis, w.machine.line_bytes)
     rows = []
     for name, h in ha.items():
         if name not in hb or (hb[name]["loop"], round(hb[name]["bytes"])) == (h["loop"], round(h["bytes"])):
@@ -269,11 +269,13 @@ def _handoff_changes(w: _Writer, before: _Side, after: _Side) -> None:
         if old["loop"] is None:
             was = f"all of {name} ({human_bytes(old['bytes'])}) was written before any of it was read back"
         else:
-            was = f"it was read back within one iteration of {old['loop']}, after {human_bytes(old['bytes'])} of data"
+            was = (f"it was read back within one iteration of {old['loop']}, after {human_bytes(old['bytes'])} "
+                   "of cache lines")
         if h["loop"] is None:
             now = f"all of {name} ({human_bytes(h['bytes'])}) is written before any of it is read back"
         else:
-            now = f"each element of {name} is read back within one iteration of {h['loop']}, after {human_bytes(h['bytes'])} of data"
+            now = (f"each element of {name} is read back within one iteration of {h['loop']}, after "
+                   f"{human_bytes(h['bytes'])} of cache lines")
         fit = ""
         if w.target != "cuda":
             level = _level(w.machine, h["bytes"])
@@ -398,7 +400,7 @@ def _tile(w: _Writer, before: _Side, after: _Side, step) -> None:
         if len(new) >= 2:
             tile_outer = new[len(new) // 2 - 1]
             if tile_outer is not None:
-                ws = working_set(after.analysis, tile_outer)
+                ws = working_set(after.analysis, tile_outer, line_bytes=w.machine.line_bytes)
                 total = sum(ws.values())
                 parts = ", ".join(f"{t} {human_bytes(b)}" for t, b in ws.items())
                 level = _level(w.machine, total)
@@ -637,7 +639,8 @@ def _compute_at(w: _Writer, before: _Side, after: _Side, step) -> None:
           f"iteration writes {_elements(per_iter)} of {written} ({human_bytes(per_iter * eb)}), "
           f"instead of all {_elements(whole)} ({human_bytes(whole * eb)}) in a separate nest {where} it.",
           at_loop=at.get("loop"), elements_per_iteration=per_iter, elements_before=whole)
-    w.facts["iteration_working_set_bytes"] = sum(working_set(after.analysis, site.loop).values())
+    w.facts["iteration_working_set_bytes"] = sum(
+        working_set(after.analysis, site.loop, line_bytes=w.machine.line_bytes).values())
 
 
 #: The steps worth naming as now offered on a loop: by target (cuda or not).
