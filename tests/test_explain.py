@@ -597,3 +597,20 @@ def test_cache_sizes_as_the_kernel_writes_them():
 
     assert _parse_size("32K\n") == 32 * 1024 and _parse_size("1024K") == 1 << 20 and _parse_size("32M") == 32 << 20
     assert _parse_size("lots") is None
+
+
+def test_footprint_in_cache_lines_dense_strided_and_whole_rows():
+    from leir.explain import footprint
+    from leir.explain.facts import footprint_lines
+
+    a = analysis("L^{64}_{i}\n  L^{32}_{j} [\n    Y_{i,j} = X_{i,j*2} + Z_{j,i};\n  ];\n")
+    info = a.equations[0]
+    i, j = info.loops
+    eq = info.equation
+    x = eq.rhs.lhs   # X_{i,j*2}: every other element of a row
+    z = eq.rhs.rhs   # Z_{j,i}: a column
+    over_j = [(x, info.loops, [j])]
+    assert footprint(a, over_j) == 32
+    assert footprint_lines(a, over_j) == 4          # 63 floats of one row span 4 lines
+    assert footprint_lines(a, [(z, info.loops, [j])]) == 32   # a column: a line per element
+    assert footprint_lines(a, [(eq.lhs, info.loops, [i, j])]) == 64 * 32 * 4 // 64   # all of Y: dense
