@@ -159,25 +159,35 @@ def test_a_second_build_into_the_same_directory_adds_nothing(tiny):
     assert list(read_samples(tmp / "out")) == samples
 
 
-def test_a_killed_build_resumes_without_losing_or_repeating_samples(tiny):
+@pytest.mark.parametrize("kill_after", [1, 5, 13])
+def test_a_killed_build_resumes_where_it_stopped(tiny, monkeypatch, kill_after):
     tmp, _, samples = tiny
-    out = tmp / "killed"
-    shutil.copytree(tmp / "out", out)
-    # As if killed while writing the samples of the last trajectories: the
-    # progress file lists only the first, and the last line is cut short.
-    first = samples[0]["trajectory"]
-    keep = [s for s in samples if s["trajectory"] == first]
-    lines = [records.dumps(s) + "\n" for s in keep]
-    other = next(s for s in samples if s["trajectory"] != first)
-    (out / SAMPLES).write_text("".join(lines) + records.dumps(other)[:100], encoding="utf-8")
-    (out / PROGRESS).write_text(json.dumps({"done": [first]}), encoding="utf-8")
-    cfg = _config(tmp, "killed")
-    cfg.out = str(out)
-    summary = build(cfg, progress=False)
-    assert summary.trajectories_run == len({s["trajectory"] for s in samples}) - 1
-    resumed = list(read_samples(out))
+    out = f"killed{kill_after}"
+    real = records.validate
+    calls = {"n": 0}
+
+    def validate_then_die(sample):
+        # The kill comes while a state's samples are being written: those
+        # already written for that state are not committed yet.
+        calls["n"] += 1
+        if calls["n"] > kill_after:
+            raise KeyboardInterrupt
+        real(sample)
+
+    monkeypatch.setattr(records, "validate", validate_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        build(_config(tmp, out), progress=False)
+    monkeypatch.setattr(records, "validate", real)
+    path = tmp / out / PROGRESS
+    progress = json.loads(path.read_text()) if path.exists() else {"done": [], "bytes": 0}
+    assert not progress["done"]  # killed before any trajectory finished
+    summary = build(_config(tmp, out), progress=False)
+    resumed = list(read_samples(tmp / out))
     assert Counter(s["id"] for s in resumed) == Counter(s["id"] for s in samples)
     assert sorted(resumed, key=lambda s: s["id"]) == sorted(samples, key=lambda s: s["id"])
+    # What was committed before the kill is kept, not written again.
+    committed = (tmp / out / SAMPLES).read_bytes()[: progress["bytes"]].count(b"\n")
+    assert summary.samples_written == len(samples) - committed
 
 
 def test_the_same_seed_and_cache_give_the_same_dataset(tiny):

@@ -34,14 +34,15 @@ runs ``leir.transforms.verify`` instead (both programs built with TVM and
 run on every seed; about twice the build time). Both hold outputs to
 Step-TP's tolerances (``leir.run.compare``).
 
-**Resuming.** ``OUT/samples.jsonl`` is only appended to, one whole line per
-sample; ``OUT/progress.json`` (replaced atomically) lists the finished
-trajectories. A killed build started again with the same ``--out`` skips the
-finished ones and runs the others again from their start: with the
-measurement cache warm, this takes the same path (the choices depend only on
-the seed and the measured latencies, which come back from the cache), and a
-sample already in the file is not written twice. A line cut by the kill is
-removed first.
+**Resuming.** ``OUT/samples.jsonl`` is only appended to, one line per
+sample. After the samples of each state are written (and synced),
+``OUT/progress.json`` is replaced atomically: the finished trajectories, the
+last state each unfinished one completed, and the length of the samples file
+at that moment. A killed build started again with the same ``--out`` cuts the
+file back to that length (dropping a state cut short), skips the finished
+trajectories and takes up each unfinished one from the program its last
+committed step chose, with the latency recorded for it: nothing is measured
+or written twice, and the path already taken is kept.
 
 **Determinism.** The variants, the candidate picks and the exploration draws
 are functions of the seed. Which candidate is fastest is measured, so two
@@ -51,12 +52,15 @@ same cache they are identical.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import random
+import signal
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -148,7 +152,8 @@ class BuildSummary:
                 f"{self.verified} of the new verified) from {self.trajectories_run} of {self.trajectories} "
                 f"trajectories in {self.seconds:.0f} s ({rate:.0f} new samples/min); "
                 f"{self.measurements} measurements, {self.cache_hits} from the cache"
-                + (f"; {len(self.skipped)} workloads or variants skipped (see {self.out / LOG})" if self.skipped else ""))
+                + (f"; {len(self.skipped)} notes (skipped workloads, variants, refused steps) in {self.out / LOG}"
+                   if self.skipped else ""))
 
 
 # ------------------------------------------------------------ files
@@ -175,23 +180,6 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
-
-
-def _repair_tail(path: Path) -> None:
-    """Drop a last line cut short by a kill (no newline after it)."""
-    if not path.exists():
-        return
-    with open(path, "rb+") as f:
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        if size == 0:
-            return
-        f.seek(size - 1)
-        if f.read(1) == b"\n":
-            return
-        f.seek(0)
-        data = f.read()
-        f.truncate(data.rfind(b"\n") + 1)
 
 
 def read_samples(out: Path) -> Iterator[dict]:
@@ -288,30 +276,77 @@ def _finite(x: float) -> float | None:
     return float(x) if x == x and abs(x) != float("inf") else None
 
 
-def _verify_engine(before: _State, after, measurement) -> tuple[bool, dict]:
-    """The engine's build check of ``after`` and the NumPy equivalence of
-    ``after`` with ``before`` (see the module docstring)."""
+#: The NumPy evaluation of one program on every seed must finish within
+#: this; most take a few milliseconds, but the evaluator iterates in Python
+#: over a nest it cannot run as one array operation (several items that
+#: depend on each other), which can take minutes. Such a step is skipped
+#: (and noted in build.log): the measurement engine evaluates every program
+#: it times with the same evaluator, so it would cost as much again there.
+EVAL_LIMIT_S = 3.0
+
+
+class SlowEvaluation(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    """Raise ``SlowEvaluation`` in the block after ``seconds`` of this
+    process's CPU time (not wall time: a loaded machine must not change
+    which steps are skipped, or a resumed build would take another path).
+    No limit outside the main thread, where signals cannot go."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def expired(signum, frame):
+        raise SlowEvaluation(f"the NumPy evaluation took more than {seconds:g} s of CPU time")
+
+    previous = signal.signal(signal.SIGVTALRM, expired)
+    signal.setitimer(signal.ITIMER_VIRTUAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+        signal.signal(signal.SIGVTALRM, previous)
+
+
+def _equivalence(before: _State, after) -> tuple[list, list[str]]:
+    """Compare the NumPy evaluation of ``after`` with that of ``before`` on
+    every seed: (dtype, Comparison) pairs and notes. Raises ``SlowEvaluation``."""
     from leir.run import compare
 
     comparisons, notes = [], []
-    if measurement.error is not None:
-        notes.append(f"measurement failed: {measurement.error}")
     dtypes = {t.name: t.dtype for t in after.outputs()}
-    for name, c in (measurement.comparisons or {}).items():
-        comparisons.append((dtypes.get(name, "f32"), c))
     before_names = {t.name for t in before.analysis.outputs()}
     if before_names != set(dtypes):
-        notes.append(f"outputs changed from {sorted(before_names)} to {sorted(dtypes)}")
-    else:
+        return [], [f"outputs changed from {sorted(before_names)} to {sorted(dtypes)}"]
+    with _time_limit(EVAL_LIMIT_S):
         expected = before.expected()
+    with _time_limit(EVAL_LIMIT_S):
         for seed in _seeds():
             try:
                 got = _evaluate(after, seed)
             except LeirError as e:
-                notes.append(f"the NumPy evaluation failed: {e}")
-                break
+                return comparisons, [f"the NumPy evaluation failed: {e}"]
             for name, dtype in dtypes.items():
                 comparisons.append((dtype, compare(got[name], expected[seed][name], dtype)))
+    return comparisons, notes
+
+
+def _verify_engine(after, measurement, equivalence) -> tuple[bool, dict]:
+    """The engine's build check of ``after`` (its comparison with the NumPy
+    evaluation on seed 0) and the NumPy equivalence of ``after`` with the
+    program before it (see the module docstring)."""
+    comparisons, notes = list(equivalence[0]), list(equivalence[1])
+    if measurement is None:
+        notes.append("not measured: the program after the step is not equivalent to the one before")
+    else:
+        if measurement.error is not None:
+            notes.append(f"measurement failed: {measurement.error}")
+        dtypes = {t.name: t.dtype for t in after.outputs()}
+        for name, c in (measurement.comparisons or {}).items():
+            comparisons.append((dtypes.get(name, "f32"), c))
     return _verification("engine+evaluate", comparisons, _seeds(), notes)
 
 
@@ -382,20 +417,25 @@ def _picks(analysis, budget: int, target: str, rng: random.Random) -> list:
     return best + rest
 
 
-def _trajectory(variant: Variant, k: int, cfg: BuildConfig, start_measurement) -> Iterator:
+def _trajectory(variant: Variant, k: int, cfg: BuildConfig, start_measurement,
+                log: Callable[[str], None] = lambda line: None, resume: "_Resume | None" = None) -> Iterator:
     """A generator: yields lists of analyses to measure and receives their
     measurements; yields ``("samples", [sample...])`` after each state.
-    Returns when the trajectory ends."""
+    Returns when the trajectory ends. ``resume``: where a killed build left
+    it (the state to go on from, its index, the programs visited)."""
     from leir import transforms
+    from leir.document import load_leir
     from leir.semantics import analyze
-    from leir.transforms import TransformError
 
     tid = f"{variant.workload}/{variant.name}/t{k}"
-    state = _State(variant.analysis, _text(variant.analysis), start_measurement)
-    visited = {state.text}
+    if resume is None:
+        state = _State(variant.analysis, _text(variant.analysis), start_measurement)
+        visited, first = {state.text}, 0
+    else:
+        state = _State(load_leir(resume.text).analysis, resume.text, resume.measurement)
+        visited, first = set(resume.visited), resume.next_index
     sizes = {str(a): b for a, b in sorted(variant.sizes.items())}
-    verify = _verify_engine if cfg.verify == "engine" else _verify_full
-    for step_index in range(cfg.steps):
+    for step_index in range(first, cfg.steps):
         rng = _rng(cfg.seed, tid, step_index)
         children = []
         for step in _picks(state.analysis, cfg.budget, cfg.target, rng):
@@ -403,25 +443,41 @@ def _trajectory(variant: Variant, k: int, cfg: BuildConfig, start_measurement) -
                 break
             try:
                 program = transforms.apply(state.analysis, step, Path(variant.workload).stem)
-            except TransformError:
-                continue  # refused by TVM or our checks: never measured, not a sample
             except LeirError:
+                continue  # refused by TVM or our checks: never measured, not a sample
+            except Exception as e:  # a bug in a transformation must not end a two-hour build
+                log(f"{tid}: step {step.key} raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
                 continue
             after = analyze(program)
             text = _text(after)
             if text == state.text:
                 continue
-            children.append((step, after, text))
+            equivalence = None
+            if cfg.verify == "engine":
+                try:
+                    equivalence = _equivalence(state, after)
+                except SlowEvaluation as e:
+                    log(f"{tid}: step {step.key} skipped: {e}")
+                    continue
+            children.append((step, after, text, equivalence))
         if not children:
             return
-        measurements = yield [after for _, after, _ in children]
+        # A step the NumPy evaluation already shows wrong is not timed.
+        timed = [c for c in children if c[3] is None or (not c[3][1] and all(x.ok for _, x in c[3][0]))]
+        got = yield [after for _, after, _, _ in timed] if timed else []
+        measured = {id(c): m for c, m in zip(timed, got)}
         samples, good = [], []
         before_m = state.measurement
         tensors = [{"name": t.name, "role": t.role, "dtype": t.dtype, "shape": list(t.shape)}
                    for t in state.analysis.tensors.values()]
-        for (step, after, text), m in zip(children, measurements):
-            ok, verification = verify(state, after, m)
-            after_ms = float(m.median_ms) if m.median_ms is not None else None
+        for child in children:
+            step, after, text, equivalence = child
+            m = measured.get(id(child))
+            if cfg.verify == "engine":
+                ok, verification = _verify_engine(after, m, equivalence)
+            else:
+                ok, verification = _verify_full(state, after, m)
+            after_ms = float(m.median_ms) if m is not None and m.median_ms is not None else None
             reasoning, facts = _reasoning(state.analysis, after, step, float(before_m.median_ms), after_ms, cfg.target)
             module = transforms.get(step.id)
             sample = {
@@ -446,16 +502,16 @@ def _trajectory(variant: Variant, k: int, cfg: BuildConfig, start_measurement) -
                 "latency_before_max_ms": float(before_m.max_ms),
                 "latency_before_spread": float(before_m.spread or 0.0),
                 "latency_after_ms": after_ms,
-                "latency_after_min_ms": float(m.min_ms) if m.min_ms is not None else None,
-                "latency_after_max_ms": float(m.max_ms) if m.max_ms is not None else None,
+                "latency_after_min_ms": float(m.min_ms) if after_ms is not None else None,
+                "latency_after_max_ms": float(m.max_ms) if after_ms is not None else None,
                 "latency_after_spread": float(m.spread or 0.0) if after_ms is not None else None,
-                "runs": int(m.runs),
+                "runs": int(m.runs) if m is not None else 0,
                 "speedup": float(before_m.median_ms) / after_ms if after_ms else None,
-                "target": m.target or cfg.target,
-                "device": m.device,
+                "target": before_m.target,
+                "device": before_m.device,
                 "reasoning": reasoning,
                 "reasoning_facts": facts,
-                "error": m.error,
+                "error": (m.error if m is not None else verification["summary"]) if not ok else None,
             }
             samples.append(sample)
             if ok and after_ms is not None and text not in visited:
@@ -472,6 +528,49 @@ def _trajectory(variant: Variant, k: int, cfg: BuildConfig, start_measurement) -
         _, after, text, m = pick
         state = _State(after, text, m)
         visited.add(text)
+
+
+@dataclass(frozen=True)
+class _Resume:
+    text: str
+    measurement: object
+    next_index: int
+    visited: frozenset
+
+
+@dataclass(frozen=True)
+class _Recorded:
+    """The latency figures of a program, as a sample recorded them (a
+    resumed trajectory's state was measured by the build that was killed)."""
+
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    spread: float
+    target: str
+    device: str
+
+
+def _resume_points(samples: list[dict], states: dict[str, int]) -> dict[str, "_Resume | None"]:
+    """For each trajectory with committed states: where to go on from
+    (None when its last committed state chose no step: it has ended)."""
+    by_tid: dict[str, dict[int, dict]] = {}
+    for s in samples:
+        if s["chosen"]:
+            by_tid.setdefault(s["trajectory"], {})[s["step_index"]] = s
+    out = {}
+    for tid, last in states.items():
+        chain = by_tid.get(tid, {})
+        if last not in chain:
+            out[tid] = None
+            continue
+        c = chain[last]
+        visited = {chain[i]["before"] for i in range(last + 1) if i in chain}
+        visited |= {chain[i]["after"] for i in range(last + 1) if i in chain}
+        measurement = _Recorded(c["latency_after_ms"], c["latency_after_min_ms"], c["latency_after_max_ms"],
+                                c["latency_after_spread"], c["target"], c["device"])
+        out[tid] = _Resume(c["after"], measurement, last + 1, frozenset(visited))
+    return out
 
 
 # ------------------------------------------------------------ the build
@@ -585,16 +684,26 @@ def build(cfg: BuildConfig, engine=None, progress: bool = True) -> BuildSummary:
     try:
         variants = _load_variants(cfg, out, log)
         samples_path = out / SAMPLES
-        _repair_tail(samples_path)
-        existing: set[str] = set()
-        total_before = 0
-        if samples_path.exists():
-            for s in read_samples(out):
-                existing.add(s["id"])
-                total_before += 1
         progress_path = out / PROGRESS
-        done = set(json.loads(progress_path.read_text(encoding="utf-8"))["done"]) if progress_path.exists() else set()
-        todo = [(v, k) for v in variants for k in range(cfg.trajectories)
+        committed = json.loads(progress_path.read_text(encoding="utf-8")) if progress_path.exists() else {}
+        if samples_path.exists() and samples_path.stat().st_size and "bytes" not in committed:
+            raise DatasetError(f"{samples_path} has samples but {progress_path} does not say how many were "
+                               f"committed; this directory cannot be resumed: choose another --out")
+        # Samples written after the last committed state (a state cut short
+        # by a kill) are dropped: that state runs again.
+        if samples_path.exists():
+            with open(samples_path, "rb+") as f:
+                f.truncate(committed.get("bytes", 0))
+        done = set(committed.get("done", []))
+        states = {tid: k for tid, k in committed.get("states", {}).items() if tid not in done}
+        previous = list(read_samples(out)) if samples_path.exists() else []
+        existing = {s["id"] for s in previous}
+        total_before = len(previous)
+        resume = _resume_points(previous, states)
+        for tid, point in resume.items():
+            if point is None:
+                done.add(tid)
+        todo = [(v, k, resume.get(f"{v.workload}/{v.name}/t{k}")) for v in variants for k in range(cfg.trajectories)
                 if f"{v.workload}/{v.name}/t{k}" not in done]
         total = len(variants) * cfg.trajectories
         owned = engine is None
@@ -604,7 +713,7 @@ def build(cfg: BuildConfig, engine=None, progress: bool = True) -> BuildSummary:
         counts = {"written": 0, "verified": 0, "measurements": 0, "hits": 0}
         with open(samples_path, "a", encoding="utf-8") as sink:
             try:
-                _run(todo, cfg, engine, sink, existing, done, progress_path, counts, bar, log)
+                _run(todo, cfg, engine, sink, existing, done, states, progress_path, counts, bar, log)
             finally:
                 if bar is not None:
                     bar.close()
@@ -629,7 +738,7 @@ def _engine(cfg: BuildConfig):
 WAVE = 4
 
 
-def _run(todo, cfg, engine, sink, existing, done, progress_path, counts, bar, log) -> None:
+def _run(todo, cfg, engine, sink, existing, done, states, progress_path, counts, bar, log) -> None:
     queue = list(todo)
     active: list[dict] = []
 
@@ -640,10 +749,18 @@ def _run(todo, cfg, engine, sink, existing, done, progress_path, counts, bar, lo
 
     def start_next() -> None:
         while queue and len(active) < WAVE:
-            variant, k = queue.pop(0)
-            tid = f"{variant.workload}/{variant.name}/t{k}"
-            active.append({"tid": tid, "variant": variant, "k": k, "gen": None,
-                           "futures": submit([variant.analysis])})
+            variant, k, resume = queue.pop(0)
+            job = {"tid": f"{variant.workload}/{variant.name}/t{k}", "variant": variant, "k": k, "gen": None,
+                   "futures": [], "resume": resume}
+            if resume is None:
+                job["futures"] = submit([variant.analysis])
+            active.append(job)
+
+    def commit() -> None:
+        sink.flush()
+        os.fsync(sink.fileno())
+        write_atomic(progress_path, json.dumps({"done": sorted(done), "states": dict(sorted(states.items())),
+                                                "bytes": sink.tell()}, indent=0) + "\n")
 
     start_next()
     while active:
@@ -651,17 +768,18 @@ def _run(todo, cfg, engine, sink, existing, done, progress_path, counts, bar, lo
             ms = [f.result() for f in job["futures"]]
             counts["hits"] += sum(1 for m in ms if m.cached)
             if job["gen"] is None:
-                if ms[0].error is not None or ms[0].median_ms is None:
+                if job["resume"] is None and (ms[0].error is not None or ms[0].median_ms is None):
                     log(f"{job['tid']}: the start program has no latency ({ms[0].error}); trajectory skipped")
-                    _finish(job, active, done, progress_path, counts, bar)
+                    _finish(job, active, done, states, commit, counts, bar)
                     continue
-                job["gen"] = _trajectory(job["variant"], job["k"], cfg, ms[0])
+                job["gen"] = _trajectory(job["variant"], job["k"], cfg, ms[0] if ms else None, log, job["resume"])
                 request = next(job["gen"], None)
             else:
                 request = job["gen"].send(ms)
             # Samples come out before the next request (or the end).
             while isinstance(request, tuple):
                 for sample in request[1]:
+                    states[job["tid"]] = sample["step_index"]
                     if sample["id"] in existing:
                         continue
                     records.validate(sample)
@@ -669,18 +787,19 @@ def _run(todo, cfg, engine, sink, existing, done, progress_path, counts, bar, lo
                     existing.add(sample["id"])
                     counts["written"] += 1
                     counts["verified"] += sample["verified"]
-                sink.flush()
+                commit()
                 request = next(job["gen"], None)
             if request is None:
-                _finish(job, active, done, progress_path, counts, bar)
+                _finish(job, active, done, states, commit, counts, bar)
             else:
                 job["futures"] = submit(request)
         start_next()
 
 
-def _finish(job, active, done, progress_path, counts, bar) -> None:
+def _finish(job, active, done, states, commit, counts, bar) -> None:
     active.remove(job)
     done.add(job["tid"])
-    write_atomic(progress_path, json.dumps({"done": sorted(done)}, indent=0) + "\n")
+    states.pop(job["tid"], None)
+    commit()
     if bar is not None:
         bar.update(counts["written"], counts["verified"])
