@@ -614,3 +614,27 @@ def test_footprint_in_cache_lines_dense_strided_and_whole_rows():
     assert footprint_lines(a, over_j) == 4          # 63 floats of one row span 4 lines
     assert footprint_lines(a, [(z, info.loops, [j])]) == 32   # a column: a line per element
     assert footprint_lines(a, [(eq.lhs, info.loops, [i, j])]) == 64 * 32 * 4 // 64   # all of Y: dense
+
+
+def test_compute_at_a_deeper_loop_compares_with_the_shared_loop_before():
+    before = """\
+L^{64}_{i} [
+  L^{32}_{j} [
+    T_{i,j} = X_{i,j}*2.0;
+  ];
+  L^{32}_{j} [
+    Y_{i,j} = T_{i,j} + 1.0;
+  ];
+];
+"""
+    after = """\
+L^{64}_{i}
+  L^{32}_{j} [
+    T_{i,j} = X_{i,j}*2.0;
+    Y_{i,j} = T_{i,j} + 1.0;
+  ];
+"""
+    step = Step("compute_at", {"block": "T", "at": {"block": "Y", "loop": "j"}})
+    r = step_reasoning(analysis(before), analysis(after), step, machine=MACHINE)
+    assert "each iteration writes 1 element of T (4 B), instead of 32 elements (128 B) per iteration of i" in r.text
+    assert r.facts["shared_loop_before"] == "i"

@@ -21,6 +21,15 @@ from leir.explain.machine import Machine
 #: (``leir.optimize.MIN_GAIN``: repeated timings differ by about 1-2%).
 NOISE = 0.03
 
+#: Inner iterations per parallel iteration below which the reasoning of a
+#: slower step lists the small amount of work as a possible cost (it names
+#: the number; the threshold only decides whether to mention it).
+SMALL_PARALLEL_WORK = 1000
+
+#: Equation instances per run of an unrolled loop above which a slower
+#: step's reasoning lists the code size as a possible cost.
+LARGE_UNROLL = 64
+
 #: CUDA facts that hold on every GPU TVM targets (not measured, not assumed).
 WARP_SIZE = 32
 _THREAD_AXES = ("tx", "ty", "tz")
@@ -79,11 +88,6 @@ def _access_rows(analysis: Analysis, info: EquationInfo) -> list[tuple[str, str,
             continue
         rows.append((a.tensor, _print(a), _stride(analysis, a, inner.var, info.loops) if inner else 0))
     return rows
-
-
-def _parallel(info: EquationInfo) -> tuple[int, list[A.Loop]]:
-    loops = [l for l in info.loops if l.kind == "P"]
-    return _iterations(loops), loops
 
 
 def _reuse_table(side: _Side, info: EquationInfo, line_bytes: int) -> dict[str, tuple[str, float]]:
@@ -470,31 +474,29 @@ def _parallelize(w: _Writer, before: _Side, after: _Side, step) -> None:
         return
     loop = site.loop
     cores = w.machine.cores
-    inner_iters = sum(_iterations(after.analysis.equations[k].loops[site.depth + 1:]) for k in site.equations) \
-        if site.equations else 0
-    w.say(f"Runs loop {var} in parallel: its {loop.extent} iterations over {cores} core{'s' * (cores != 1)}"
-          f" ({-(-loop.extent // cores)} per core at most), each iteration doing {human_count(inner_iters)} "
-          f"inner iteration{'s' * (inner_iters != 1)}{(' (' + ', '.join(l.var for l in after.info(block).loops[site.depth + 1:]) + ')') if after.info(block) and after.info(block).loops[site.depth + 1:] else ''}.",
-          parallel_loop=var, parallel_iterations=loop.extent, cores=cores, per_core=-(-loop.extent // cores),
+    inner_iters = sum(_iterations(after.analysis.equations[k].loops[site.depth + 1:]) for k in site.equations)
+    info = after.info(block)
+    inner_loops = [l.var for l in info.loops[site.depth + 1:]] if info is not None else []
+    per_core = -(-loop.extent // cores)
+    w.say(f"Runs loop {var} in parallel: its {loop.extent} iterations over {_plural(cores, 'core')} ({per_core} per "
+          f"core at most), each iteration doing {human_count(inner_iters)} inner "
+          f"iteration{'s' * (inner_iters != 1)}" + (f" ({', '.join(inner_loops)})." if inner_loops else "."),
+          parallel_loop=var, parallel_iterations=loop.extent, cores=cores, per_core=per_core,
           inner_iterations_per_parallel_iteration=inner_iters)
     if loop.extent < cores:
         w.say(f"Only {loop.extent} iterations for {cores} cores: at most {loop.extent} cores are busy.")
         w.risk(f"loop {var} has only {loop.extent} iterations for {cores} cores")
     elif loop.extent % cores:
-        w.say(f"{loop.extent} iterations do not divide evenly over {cores} cores: the last core gets "
-              f"{loop.extent - (loop.extent // cores) * cores if loop.extent // cores else loop.extent} fewer.")
+        w.say(f"{loop.extent} iterations do not divide evenly over {cores} cores "
+              f"({loop.extent} = {cores} x {loop.extent // cores} + {loop.extent % cores}).")
     if site.outer:
         starts = _iterations(site.outer)
         w.say(f"Loop {var} is inside {_loops_text(site.outer)}, so the parallel region starts {human_count(starts)} "
               "times, once per iteration of the loops around it.", parallel_region_starts=starts)
         if starts > 1:
             w.risk(f"the parallel region starts {human_count(starts)} times (loop {var} is not outermost)")
-    if inner_iters and inner_iters < 1000:
+    if inner_iters and inner_iters < SMALL_PARALLEL_WORK:
         w.risk(f"each parallel iteration does only {_plural(inner_iters, 'inner iteration')} of work")
-    for k in site.equations:
-        info = after.analysis.equations[k]
-        if var in info.reduce_axes:
-            continue
 
 
 def _vectorize(w: _Writer, before: _Side, after: _Side, step) -> None:
@@ -565,7 +567,7 @@ def _unroll(w: _Writer, before: _Side, after: _Side, step) -> None:
         runs = _iterations(site.outer)
         w.say(f"Loop {var} runs {human_count(runs)} times (once per iteration of {', '.join(l.var for l in site.outer)}).",
               unrolled_runs=runs)
-    if instances > 64:
+    if instances > LARGE_UNROLL:
         w.risk(f"unrolling writes out {human_count(instances)} equation instances (larger code)")
 
 
@@ -632,13 +634,24 @@ def _compute_at(w: _Writer, before: _Side, after: _Side, step) -> None:
     written = pi.equation.lhs.tensor
     moving = pi.loops[site.depth + 1:]
     per_iter = footprint(after.analysis, [(pi.equation.lhs, pi.loops, moving)])
-    whole = footprint(before.analysis, [(bi.equation.lhs, bi.loops, bi.loops)])
     eb = dtype_bytes(after.analysis.tensors[written].dtype)
-    where = "before" if step.id == "compute_at" else "after"
+    # Where the block ran before: in its own nest, or already inside loops
+    # it shared with the other block.
+    other = before.info(at.get("block"))
+    shared = [l for l in bi.loops if other is not None and any(l is m for m in other.loops)]
+    before_moving = bi.loops[len(shared):]
+    before_count = footprint(before.analysis, [(bi.equation.lhs, bi.loops, before_moving)])
+    if shared:
+        was = (f"instead of {_elements(before_count)} ({human_bytes(before_count * eb)}) per iteration of "
+               f"{shared[-1].var}")
+    else:
+        where = "before" if step.id == "compute_at" else "after"
+        was = (f"instead of all {_elements(before_count)} ({human_bytes(before_count * eb)}) in a separate nest "
+               f"{where} it")
     w.say(f"Moves {block} inside loop {at.get('loop')} ({site.loop.extent} iterations) of {at.get('block')}: each "
-          f"iteration writes {_elements(per_iter)} of {written} ({human_bytes(per_iter * eb)}), "
-          f"instead of all {_elements(whole)} ({human_bytes(whole * eb)}) in a separate nest {where} it.",
-          at_loop=at.get("loop"), elements_per_iteration=per_iter, elements_before=whole)
+          f"iteration writes {_elements(per_iter)} of {written} ({human_bytes(per_iter * eb)}), {was}.",
+          at_loop=at.get("loop"), elements_per_iteration=per_iter, elements_before=before_count,
+          shared_loop_before=shared[-1].var if shared else None)
     w.facts["iteration_working_set_bytes"] = sum(
         working_set(after.analysis, site.loop, line_bytes=w.machine.line_bytes).values())
 
