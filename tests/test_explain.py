@@ -309,7 +309,8 @@ L^{64}_{i} [
 def test_split_that_keeps_the_order_says_so_and_an_imperfect_one_names_its_guard():
     before = "L^{100}_{i} [\n  Y_{i} = X_{i}*2.0;\n];\n"
     after = "L^{4}_{i_0}\n  L^{32}_{i_1} [\n    Y_{i_0*32+i_1} = X_{i_0*32+i_1}*2.0 where i_0*32 + i_1 < 100;\n  ];\n"
-    r = step_reasoning(analysis(before), analysis(after), Step("split", {"block": "Y", "loop": "i", "factors": [4, 32]}),
+    step = Step("split", {"block": "Y", "loop": "i", "factors": [4, 32]})
+    r = step_reasoning(analysis(before), analysis(after), step,
                        machine=MACHINE)
     assert "Splits loop i of Y (100 iterations) into i_0 (4) and i_1 (32)" in r.text
     assert "a guard skips 28 of them" in r.text
@@ -409,8 +410,10 @@ def test_predicted_after_is_the_program_the_step_makes():
 
     assert same(COLUMNS, Step("reorder", {"block": "Y", "loops": ["j", "i"]}), ROWS)
     assert same(ROWS, Step("vectorize", {"block": "Y", "loop": "j"}), ROWS.replace("L^{64}_{j}", "V^{64}_{j}"))
-    assert same("L^{100}_{i} [\n  Y_{i} = X_{i}*2.0;\n];\n", Step("split", {"block": "Y", "loop": "i", "factors": [4, 32]}),
-                "L^{4}_{i_0}\n  L^{32}_{i_1} [\n    Y_{i_0*32+i_1} = X_{i_0*32+i_1}*2.0 where i_0*32 + i_1 < 100;\n  ];\n")
+    split = Step("split", {"block": "Y", "loop": "i", "factors": [4, 32]})
+    assert same("L^{100}_{i} [\n  Y_{i} = X_{i}*2.0;\n];\n", split,
+                "L^{4}_{i_0}\n  L^{32}_{i_1} [\n"
+                "    Y_{i_0*32+i_1} = X_{i_0*32+i_1}*2.0 where i_0*32 + i_1 < 100;\n  ];\n")
     assert same(MATMUL, Step("tile", {"block": "C", "loops": ["i", "j"], "sizes": [8, 8]}), MATMUL_TILED)
     assert predicted_after(analysis(ROWS), Step("fuse", {"block": "Y", "loops": ["i", "j"]})) is None
     assert predicted_after(analysis(ROWS), Step("parallelize", {"block": "Y", "loop": "nope"})) is None
@@ -423,7 +426,8 @@ def test_reorder_that_makes_an_access_invariant_does_not_call_it_lost():
                        machine=MACHINE)
     assert "S_{i} (stride 0 before) is now contiguous" in r.text
     assert "But X_{i,k} (stride 32, was 1) is no longer contiguous along i" in r.text
-    swapped = MATMUL.replace("L^{96}_{j}", "L^{TMP}").replace("L^{256}_{k}", "L^{96}_{j}").replace("L^{TMP}", "L^{256}_{k}")
+    swapped = MATMUL.replace("L^{96}_{j}", "L^{TMP}").replace("L^{256}_{k}", "L^{96}_{j}")
+    swapped = swapped.replace("L^{TMP}", "L^{256}_{k}")
     r = step_reasoning(analysis(MATMUL), analysis(swapped), Step("reorder", {"block": "C", "loops": ["j", "k"]}),
                        machine=MACHINE)
     assert "X_{i,k} stays the same element across j (stride 0, was 1)" in r.text

@@ -227,7 +227,8 @@ def _reuse_changes(w: _Writer, before: _Side, after: _Side, block: str) -> bool:
             said = True
         elif da < db:
             w.say(f"{t}'s reuse distance shrinks from {human_bytes(db)} to {human_bytes(da)} "
-                  f"(reused across loop {la}; both {'within ' + w.machine.cache_text(lva) if lva != 'memory' else 'beyond the caches'}).")
+                  f"(reused across loop {la}; both "
+                  f"{'within ' + w.machine.cache_text(lva) if lva != 'memory' else 'beyond the caches'}).")
             said = True
     if rows:
         w.facts["reuse_changes"] = rows
@@ -283,10 +284,12 @@ def _handoff_changes(w: _Writer, before: _Side, after: _Side) -> None:
         fit = ""
         if w.target != "cuda":
             level = _level(w.machine, h["bytes"])
-            fit = f", which fits in {w.machine.cache_text(level)}" if level != "memory" else ", more than every cache level holds"
+            fit = (f", which fits in {w.machine.cache_text(level)}" if level != "memory"
+                   else ", more than every cache level holds")
         w.say(f"Now {now}{fit}; before, {was}.")
         if h["bytes"] > old["bytes"] and _level(w.machine, h["bytes"]) != _level(w.machine, old["bytes"]):
-            w.risk(f"{name} now travels {human_bytes(h['bytes'])} between its write and its read (was {human_bytes(old['bytes'])})")
+            w.risk(f"{name} now travels {human_bytes(h['bytes'])} between its write and its read "
+                   f"(was {human_bytes(old['bytes'])})")
     if rows:
         w.facts["handoff_changes"] = rows
 
@@ -311,12 +314,14 @@ def _program_diff(w: _Writer, before: _Side, after: _Side, *, ops: bool = True, 
         added = [n for n in ta if n not in tb]
         if removed:
             w.say(f"Removes the temporar{'y' if len(removed) == 1 else 'ies'} "
-                  + _join([f"{n} ({_shape_text(tb[n])}, {human_bytes(tensor_bytes(before.analysis, n))})" for n in removed])
+                  + _join([f"{n} ({_shape_text(tb[n])}, {human_bytes(tensor_bytes(before.analysis, n))})"
+                           for n in removed])
                   + ": no longer written to memory and read back.",
                   temporaries_removed={n: tensor_bytes(before.analysis, n) for n in removed})
         if added:
             w.say(f"Adds the temporar{'y' if len(added) == 1 else 'ies'} "
-                  + _join([f"{n} ({_shape_text(ta[n])}{_scope_text(ta[n])}, {human_bytes(tensor_bytes(after.analysis, n))})"
+                  + _join([f"{n} ({_shape_text(ta[n])}{_scope_text(ta[n])}, "
+                           f"{human_bytes(tensor_bytes(after.analysis, n))})"
                            for n in added]) + ".",
                   temporaries_added={n: tensor_bytes(after.analysis, n) for n in added})
             for n in added:
@@ -565,7 +570,8 @@ def _unroll(w: _Writer, before: _Side, after: _Side, step) -> None:
           unrolled_loop=var, extent=loop.extent, instances=instances)
     if site.outer:
         runs = _iterations(site.outer)
-        w.say(f"Loop {var} runs {human_count(runs)} times (once per iteration of {', '.join(l.var for l in site.outer)}).",
+        w.say(f"Loop {var} runs {human_count(runs)} times (once per iteration of "
+              f"{', '.join(l.var for l in site.outer)}).",
               unrolled_runs=runs)
     if instances > LARGE_UNROLL:
         w.risk(f"unrolling writes out {human_count(instances)} equation instances (larger code)")
@@ -589,7 +595,8 @@ def _bind(w: _Writer, before: _Side, after: _Side, step) -> None:
               "block runs partly empty.")
         w.risk(f"{threads} threads per block is not a multiple of {WARP_SIZE}")
     if axis in _THREAD_AXES:
-        rows = [(a.tensor, _print(a), _stride(after.analysis, a, axis, ai.loops)) for a in _accesses(ai.equation) if a.indices]
+        rows = [(a.tensor, _print(a), _stride(after.analysis, a, axis, ai.loops))
+                for a in _accesses(ai.equation) if a.indices]
         coalesced = list(dict.fromkeys(text for _, text, s in rows if s == 1))
         if axis == "tx" and coalesced:
             w.say(f"Along threadIdx.x, {_join(coalesced)} {'is' if len(coalesced) == 1 else 'are'} contiguous: "
@@ -617,7 +624,8 @@ def _cache_copy(w: _Writer, before: _Side, after: _Side, step) -> None:
         if original is not None and t.size >= original.size:
             w.say(f"{t.name} is a full copy: it holds all {human_count(original.size)} elements of {tensor}, "
                   f"so the copy reads and writes {human_bytes(nbytes)} more than the program did before"
-                  + (f"; it runs in a nest of its own, outside every loop of {args.get('block')}." if separate else "."),
+                  + (f"; it runs in a nest of its own, outside every loop of {args.get('block')}." if separate
+                     else "."),
                   copy_in_own_nest=separate)
             w.risk(f"{t.name} is a full copy of {tensor} ({human_bytes(nbytes)})")
 
@@ -700,11 +708,13 @@ def _rfactor(w: _Writer, before: _Side, after: _Side, step) -> None:
     p = partial[0]
     t = after.analysis.tensors[p.equation.lhs.tensor]
     w.say(f"Factors the reduction of {bi.equation.lhs.tensor} over loop {var}: partial results go to {t.name} "
-          f"({_shape_text(t)}, {human_bytes(tensor_bytes(after.analysis, t.name))}), then a second equation combines them.",
+          f"({_shape_text(t)}, {human_bytes(tensor_bytes(after.analysis, t.name))}), then a second equation "
+          "combines them.",
           partials=t.name, partials_bytes=tensor_bytes(after.analysis, t.name))
     w.facts["temporaries_said"] = True
     if t.scope == "g":
-        w.risk(f"the partial results {t.name} take {human_bytes(tensor_bytes(after.analysis, t.name))} written and read back")
+        w.risk(f"the partial results {t.name} take {human_bytes(tensor_bytes(after.analysis, t.name))} written "
+               "and read back")
     if var in p.spatial:
         offered = _offered_on(after, after.block(p), var, _LOOP_STEPS[w.target == "cuda"])
         w.say(f"In {t.name}, {var} is a spatial axis (it was a reduction axis of {bi.equation.lhs.tensor})"
