@@ -19,12 +19,30 @@ _KIND = {
 }
 
 
-async def handle(server, params: types.DocumentSymbolParams) -> list[types.DocumentSymbol] | None:
+async def handle(server, params: types.DocumentSymbolParams):
     snapshot = server.session.snapshot(params.text_document.uri)
     if snapshot is None or snapshot.too_large:
         return None
     # A parse of a big file takes a while: never on the protocol loop.
-    return await asyncio.to_thread(symbols, snapshot)
+    tree = await asyncio.to_thread(symbols, snapshot)
+    if _hierarchical(server):
+        return tree
+    return list(_flat(snapshot.uri, tree, None))
+
+
+def _hierarchical(server) -> bool:
+    capabilities = server.client_capabilities
+    text_document = capabilities.text_document if capabilities is not None else None
+    symbol = text_document.document_symbol if text_document is not None else None
+    return bool(symbol is not None and symbol.hierarchical_document_symbol_support)
+
+
+def _flat(uri: str, tree: list[types.DocumentSymbol], container: str | None):
+    """The tree as the flat list a client without hierarchical support reads."""
+    for symbol in tree:
+        yield types.SymbolInformation(name=symbol.name, kind=symbol.kind, container_name=container,
+                                      location=types.Location(uri=uri, range=symbol.range))
+        yield from _flat(uri, symbol.children or [], symbol.name)
 
 
 def symbols(snapshot) -> list[types.DocumentSymbol]:

@@ -84,8 +84,10 @@ class RawLsp:
         self.received.append(message)
 
     async def initialize(self, capabilities: dict | None = None) -> dict:
+        if capabilities is None:  # what editors announce
+            capabilities = {"textDocument": {"documentSymbol": {"hierarchicalDocumentSymbolSupport": True}}}
         response = await self.request("initialize", {"processId": None, "rootUri": None,
-                                                     "capabilities": capabilities or {}})
+                                                     "capabilities": capabilities})
         self.notify("initialized", {})
         return response
 

@@ -366,3 +366,22 @@ async def test_a_tvmscript_error_is_published_at_its_range(leir_lsp: LeirClient)
 
     assert published.diagnostics, "an undefined buffer B must be reported"
     assert all(show(d.range).startswith("8:") for d in published.diagnostics), [show(d.range) for d in published.diagnostics]
+
+
+async def test_a_client_without_hierarchical_symbols_gets_a_flat_list():
+    server = await RawLsp.start()
+    try:
+        await server.initialize({"textDocument": {"documentSymbol": {"hierarchicalDocumentSymbolSupport": False}}})
+        uri = "file:///t/add.leir"
+        server.notify("textDocument/didOpen", {"textDocument": {
+            "uri": uri, "languageId": "leir", "version": 1, "text": GOOD}})
+
+        answer = await server.request("textDocument/documentSymbol", {"textDocument": {"uri": uri}})
+
+        assert [(s["name"], s.get("containerName")) for s in answer["result"]] == [
+            ("add", None), ("Y", "add"), ("X", "add"), ("loop nest i, j", "add"),
+            ("serial i", "loop nest i, j"), ("serial j", "serial i"),
+        ]
+        assert all(s["location"]["uri"] == uri for s in answer["result"])
+    finally:
+        assert await server.close() == 0
