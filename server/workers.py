@@ -28,7 +28,7 @@ import logging
 import multiprocessing
 import threading
 from concurrent.futures import CancelledError, Future
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from pygls.exceptions import JsonRpcException
 
@@ -232,6 +232,7 @@ class OptimizeRun:
         self._lock = threading.Lock()
         self._futures: list[Future] = []
         self._done: Future = Future()
+        self._outcome = None
         #: Measurements submitted to the engine (for the tests' "none after cancel").
         self.submitted = 0
         ctx = _context()
@@ -272,8 +273,10 @@ class OptimizeRun:
             pass
 
     def _finish(self, value) -> None:
-        if not self._done.done():
-            self._done.set_result(value)
+        """The run's outcome (the first one said); given out once the search
+        process is gone."""
+        if self._outcome is None:
+            self._outcome = value
 
     def _drive(self) -> None:
         from leir.jobs import Failure
@@ -283,25 +286,30 @@ class OptimizeRun:
                 if not self._conn.poll(0.1):
                     if not self.process.is_alive() and not self._conn.poll(0):
                         code = self.process.exitcode
-                        self._finish(Failure("crashed", f"the optimize process stopped (exit status {code})"))
+                        self._finish(Failure("crashed", f"the optimize process stopped ({_exit_text(code)})"))
                         return
                     continue
                 try:
                     message = self._conn.recv()
-                except (EOFError, OSError):
-                    continue
-                kind = message[0]
-                if kind == "measure":
-                    timings = self._measure(message[1])
-                    if timings is None:
+                    kind = message[0]
+                    if kind == "measure":
+                        timings = self._measure(message[1])
+                        if timings is None:
+                            break
+                        self._conn.send(("timings", timings))
+                    elif kind == "paired":
+                        paired = self._paired(*message[1:])
+                        if paired is None:
+                            break
+                        self._conn.send(("paired", paired))
+                except (EOFError, OSError):  # the search process is gone
+                    self.process.join(5)
+                    if self.cancelled:
                         break
-                    self._conn.send(("timings", timings))
-                elif kind == "paired":
-                    paired = self._paired(*message[1:])
-                    if paired is None:
-                        break
-                    self._conn.send(("paired", paired))
-                elif kind in ("progress", "step"):
+                    code = self.process.exitcode
+                    self._finish(Failure("crashed", f"the optimize process stopped ({_exit_text(code)})"))
+                    return
+                if kind in ("progress", "step"):
                     self._post(message)
                 elif kind == "done":
                     self._finish(message)
@@ -319,6 +327,7 @@ class OptimizeRun:
             self.process.join(5)
             self._conn.close()
             self.workers.runs.discard(self)
+            self._done.set_result(self._outcome)
 
     def _wait(self, futures: list[Future]) -> bool:
         """Wait for every future; False (and the rest cancelled) on cancel."""
@@ -387,6 +396,14 @@ class OptimizeRun:
         return out
 
 
-def notify(server, method: str, params: Any) -> None:
-    """Send a notification from the event loop."""
-    server.protocol.notify(method, params)
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "it did not exit"
+    if code < 0:
+        import signal
+
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"

@@ -101,3 +101,17 @@ def test_restart_closes_the_engine_and_the_next_one_is_new(workers):
 
     assert first._closing
     assert workers.engine() is not first
+
+
+async def test_an_optimize_process_that_dies_fails_its_run(workers):
+    from leir.jobs import Failure
+    from leir_server.workers import OptimizeRun
+
+    run = OptimizeRun(workers, "L^{8}_{i} [ Y_{i} = X_{i} + 1; ];\n", "leir", None, {"steps": 1, "budget": 4},
+                      lambda message: None)
+    run.process.kill()
+    result = await asyncio.wait_for(run.result(), 120)  # a bound on a hang
+
+    assert isinstance(result, Failure) and result.code == "crashed"
+    assert "SIGKILL" in result.message
+    assert run not in workers.runs
