@@ -642,3 +642,21 @@ L^{64}_{i}
     r = step_reasoning(analysis(before), analysis(after), step, machine=MACHINE)
     assert "each iteration writes 1 element of T (4 B), instead of 32 elements (128 B) per iteration of i" in r.text
     assert r.facts["shared_loop_before"] == "i"
+
+
+def test_a_remote_target_without_a_machine_compares_nothing_with_this_cpu():
+    par = ROWS.replace("L^{128}_{i}", "P^{128}_{i}")
+    r = step_reasoning(analysis(ROWS), analysis(par), Step("parallelize", {"block": "Y", "loop": "i"}), target="rpc")
+    assert r.text.startswith("Runs loop i in parallel: its 128 iterations, each iteration doing 64 inner iterations")
+    assert "cores" not in r.text and "machine" not in r.facts
+    tiled = step_reasoning(analysis(MATMUL), analysis(MATMUL_TILED),
+                           Step("tile", {"block": "C", "loops": ["i", "j"], "sizes": [8, 8]}), target="rpc")
+    assert "W is touched again after 17.1 KiB of cache lines in between (across loop i_1); before, after 97.4 KiB " \
+        "(across loop i)" in tiled.text
+    assert "L1d" not in tiled.text and "L2" not in tiled.text
+    # Given the remote machine, the comparisons come back.
+    r = step_reasoning(analysis(ROWS), analysis(par), Step("parallelize", {"block": "Y", "loop": "i"}), target="rpc",
+                       machine=MACHINE)
+    assert "over 8 cores" in r.text
+    md = describe_access(analysis(MATMUL), at=MATMUL.index("W_{"), target="rpc")
+    assert "reused across `i` after 97.4 KiB of cache lines" in md and "fits" not in md

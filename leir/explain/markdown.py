@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from leir import ast as A
 from leir.semantics import Analysis
-from leir.explain.facts import access_facts, human_bytes, human_count, loop_facts
+from leir.explain.facts import LINE_BYTES, access_facts, human_bytes, human_count, loop_facts
 from leir.explain.machine import Machine
 from leir.explain.reasoning import _Writer, _level, _measured, _stride_word, predicted_after, step_reasoning
 
@@ -15,11 +15,23 @@ def _code(s: str) -> str:
     return f"`{s}`"
 
 
+def _line_bytes(machine: Machine | None) -> int:
+    return machine.line_bytes if machine is not None else LINE_BYTES
+
+
+def _fit(machine: Machine | None, nbytes: float, target: str) -> str:
+    """" (fits in the 32 KiB L1d)", or nothing where the CPU is not known."""
+    if machine is None or target == "cuda":
+        return ""
+    level = _level(machine, nbytes)
+    return f" (fits in {machine.cache_text(level)})" if level != "memory" else " (more than every cache)"
+
+
 def describe_loop(analysis: Analysis, *, at: int | None = None, block: str | None = None, var: str | None = None,
                   machine: Machine | None = None, target: str = "llvm") -> str | None:
     """Markdown for hover on a loop header (None when there is no loop)."""
-    machine = machine or Machine.detect()
-    f = loop_facts(analysis, at=at, block=block, var=var, target=target, line_bytes=machine.line_bytes)
+    machine = machine or (Machine.detect() if target == "llvm" else None)
+    f = loop_facts(analysis, at=at, block=block, var=var, target=target, line_bytes=_line_bytes(machine))
     if f is None:
         return None
     bound = f" to {A.THREAD_AXES[f.var]}" if f.kind == "B" and f.var in A.THREAD_AXES else ""
@@ -42,10 +54,8 @@ def describe_loop(analysis: Analysis, *, at: int | None = None, block: str | Non
     if indep:
         lines.append(f"- not indexed by it (reused every iteration): {', '.join(map(_code, indep))}")
     ws = sum(f.iteration_working_set.values())
-    if ws and target != "cuda":
-        level = _level(machine, ws)
-        lines.append(f"- one iteration touches {human_bytes(ws)}"
-                     + (f" (fits in {machine.cache_text(level)})" if level != "memory" else " (more than every cache)"))
+    if ws:
+        lines.append(f"- one iteration touches {human_bytes(ws)} of cache lines" + _fit(machine, ws, target))
     if f.offered:
         ids = list(dict.fromkeys(i for i, _, _ in f.offered))
         lines.append(f"- offered: {', '.join(ids)}")
@@ -57,8 +67,8 @@ def describe_loop(analysis: Analysis, *, at: int | None = None, block: str | Non
 def describe_access(analysis: Analysis, *, at: int | None = None, block: str | None = None,
                     tensor: str | None = None, machine: Machine | None = None, target: str = "llvm") -> str | None:
     """Markdown for hover on a tensor access (None when there is none)."""
-    machine = machine or Machine.detect()
-    f = access_facts(analysis, at=at, block=block, tensor=tensor, line_bytes=machine.line_bytes)
+    machine = machine or (Machine.detect() if target == "llvm" else None)
+    f = access_facts(analysis, at=at, block=block, tensor=tensor, line_bytes=_line_bytes(machine))
     if f is None:
         return None
     from leir.ast import SCOPES
@@ -80,10 +90,9 @@ def describe_access(analysis: Analysis, *, at: int | None = None, block: str | N
                      "index it)")
     else:
         lines.append("- each element is touched once by this access")
-    if f.reuse_loop is not None and target != "cuda":
-        level = _level(machine, f.reuse_distance_bytes)
+    if f.reuse_loop is not None:
         lines.append(f"- reused across {_code(f.reuse_loop)} after {human_bytes(f.reuse_distance_bytes)} of cache lines"
-                     + (f" (fits in {machine.cache_text(level)})" if level != "memory" else " (more than every cache)"))
+                     + _fit(machine, f.reuse_distance_bytes, target))
     return "\n".join(lines)
 
 
@@ -98,7 +107,7 @@ def describe_step(before: Analysis, step, *, after: Analysis | None = None,
 
     if isinstance(step, dict):
         step = Step(step["id"], step.get("args", {}))
-    machine = machine or Machine.detect()
+    machine = machine or (Machine.detect() if target == "llvm" else None)
     head = f"**{step.id}** {_code(_args_text(step.args))}"
     if after is None:
         after = predicted_after(before, step)

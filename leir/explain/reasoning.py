@@ -12,7 +12,7 @@ from leir import ast as A
 from leir.semantics import Analysis, EquationInfo
 from leir.explain.facts import (
     _accesses, _context, _iterations, _print, _reuse, _stride, compulsory_bytes, dtype_bytes, footprint,
-    human_bytes, human_count, operations, program_operations, tensor_bytes, working_set,
+    LINE_BYTES, human_bytes, human_count, operations, program_operations, tensor_bytes, working_set,
 )
 from leir.explain.machine import Machine
 
@@ -112,13 +112,17 @@ _LEVEL_ORDER = {"L1d": 0, "L2": 1, "L3": 2, "memory": 3}
 
 
 class _Writer:
-    def __init__(self, machine: Machine, target: str):
+    def __init__(self, machine: Machine | None, target: str):
         self.sentences: list[str] = []
         self.facts: dict[str, Any] = {}
         #: Facts that could make the step slower (said when it measured slower).
         self.risks: list[str] = []
-        self.machine = machine
+        #: The CPU the program runs on, when known: its caches, cores and
+        #: vectors are compared with the program's; None on a GPU or a
+        #: remote device nobody described (sizes are then stated alone).
+        self.machine = machine if target != "cuda" else None
         self.target = target
+        self.line_bytes = machine.line_bytes if machine is not None else LINE_BYTES
 
     def say(self, sentence: str, **facts: Any) -> None:
         self.sentences.append(sentence)
@@ -196,7 +200,7 @@ def _reuse_changes(w: _Writer, before: _Side, after: _Side, block: str) -> bool:
     bi, ai = before.info(block), after.info(block)
     if bi is None or ai is None:
         return False
-    rb, ra = _reuse_table(before, bi, w.machine.line_bytes), _reuse_table(after, ai, w.machine.line_bytes)
+    rb, ra = _reuse_table(before, bi, w.line_bytes), _reuse_table(after, ai, w.line_bytes)
     said = False
     rows = []
     for t in ra:
@@ -207,9 +211,9 @@ def _reuse_changes(w: _Writer, before: _Side, after: _Side, block: str) -> bool:
             continue
         rows.append({"tensor": t, "reuse_loop_before": lb, "distance_before": db, "reuse_loop_after": la,
                      "distance_after": da})
-        if w.target == "cuda":
-            w.say(f"{t} is touched again after {human_bytes(da)} of other data (across loop {la}), "
-                  f"was {human_bytes(db)} (across loop {lb}).")
+        if w.machine is None:
+            w.say(f"{t} is touched again after {human_bytes(da)} of cache lines in between (across loop {la}); "
+                  f"before, after {human_bytes(db)} (across loop {lb}).")
             said = True
             continue
         lvb, lva = _level(w.machine, db), _level(w.machine, da)
@@ -264,7 +268,7 @@ def _handoffs(analysis: Analysis, line_bytes: int) -> dict[str, dict[str, Any]]:
 
 
 def _handoff_changes(w: _Writer, before: _Side, after: _Side) -> None:
-    hb, ha = _handoffs(before.analysis, w.machine.line_bytes), _handoffs(after.analysis, w.machine.line_bytes)
+    hb, ha = _handoffs(before.analysis, w.line_bytes), _handoffs(after.analysis, w.line_bytes)
     rows = []
     for name, h in ha.items():
         if name not in hb or (hb[name]["loop"], round(hb[name]["bytes"])) == (h["loop"], round(h["bytes"])):
@@ -282,12 +286,13 @@ def _handoff_changes(w: _Writer, before: _Side, after: _Side) -> None:
             now = (f"each element of {name} is read back within one iteration of {h['loop']}, after "
                    f"{human_bytes(h['bytes'])} of cache lines")
         fit = ""
-        if w.target != "cuda":
+        if w.machine is not None:
             level = _level(w.machine, h["bytes"])
             fit = (f", which fits in {w.machine.cache_text(level)}" if level != "memory"
                    else ", more than every cache level holds")
         w.say(f"Now {now}{fit}; before, {was}.")
-        if h["bytes"] > old["bytes"] and _level(w.machine, h["bytes"]) != _level(w.machine, old["bytes"]):
+        if w.machine is not None and h["bytes"] > old["bytes"] \
+                and _level(w.machine, h["bytes"]) != _level(w.machine, old["bytes"]):
             w.risk(f"{name} now travels {human_bytes(h['bytes'])} between its write and its read "
                    f"(was {human_bytes(old['bytes'])})")
     if rows:
@@ -409,12 +414,15 @@ def _tile(w: _Writer, before: _Side, after: _Side, step) -> None:
         if len(new) >= 2:
             tile_outer = new[len(new) // 2 - 1]
             if tile_outer is not None:
-                ws = working_set(after.analysis, tile_outer, line_bytes=w.machine.line_bytes)
+                ws = working_set(after.analysis, tile_outer, line_bytes=w.line_bytes)
                 total = sum(ws.values())
                 parts = ", ".join(f"{t} {human_bytes(b)}" for t, b in ws.items())
-                level = _level(w.machine, total)
-                where = (f"fits in {w.machine.cache_text(level)}" if level != "memory" and w.target != "cuda"
-                         else "" if w.target == "cuda" else "exceeds every cache level")
+                if w.machine is None:
+                    where = ""
+                else:
+                    level = _level(w.machine, total)
+                    where = (f"fits in {w.machine.cache_text(level)}" if level != "memory"
+                             else "exceeds every cache level")
                 w.say(f"One tile (one iteration of {tile_outer.var}) touches {parts}: {human_bytes(total)}"
                       + (f", which {where}." if where else "."), tile_working_set=ws, tile_working_set_bytes=total)
     if bi is not None:
@@ -478,22 +486,26 @@ def _parallelize(w: _Writer, before: _Side, after: _Side, step) -> None:
     if site is None:
         return
     loop = site.loop
-    cores = w.machine.cores
     inner_iters = sum(_iterations(after.analysis.equations[k].loops[site.depth + 1:]) for k in site.equations)
     info = after.info(block)
     inner_loops = [l.var for l in info.loops[site.depth + 1:]] if info is not None else []
-    per_core = -(-loop.extent // cores)
-    w.say(f"Runs loop {var} in parallel: its {loop.extent} iterations over {_plural(cores, 'core')} ({per_core} per "
-          f"core at most), each iteration doing {human_count(inner_iters)} inner "
-          f"iteration{'s' * (inner_iters != 1)}" + (f" ({', '.join(inner_loops)})." if inner_loops else "."),
-          parallel_loop=var, parallel_iterations=loop.extent, cores=cores, per_core=per_core,
-          inner_iterations_per_parallel_iteration=inner_iters)
-    if loop.extent < cores:
-        w.say(f"Only {loop.extent} iterations for {cores} cores: at most {loop.extent} cores are busy.")
-        w.risk(f"loop {var} has only {loop.extent} iterations for {cores} cores")
-    elif loop.extent % cores:
-        w.say(f"{loop.extent} iterations do not divide evenly over {cores} cores "
-              f"({loop.extent} = {cores} x {loop.extent // cores} + {loop.extent % cores}).")
+    work = (f"each iteration doing {human_count(inner_iters)} inner iteration{'s' * (inner_iters != 1)}"
+            + (f" ({', '.join(inner_loops)})." if inner_loops else "."))
+    w.facts.update(parallel_loop=var, parallel_iterations=loop.extent,
+                   inner_iterations_per_parallel_iteration=inner_iters)
+    if w.machine is None:
+        w.say(f"Runs loop {var} in parallel: its {loop.extent} iterations, {work}")
+    else:
+        cores = w.machine.cores
+        per_core = -(-loop.extent // cores)
+        w.say(f"Runs loop {var} in parallel: its {loop.extent} iterations over {_plural(cores, 'core')} ({per_core} "
+              f"per core at most), {work}", cores=cores, per_core=per_core)
+        if loop.extent < cores:
+            w.say(f"Only {loop.extent} iterations for {cores} cores: at most {loop.extent} cores are busy.")
+            w.risk(f"loop {var} has only {loop.extent} iterations for {cores} cores")
+        elif loop.extent % cores:
+            w.say(f"{loop.extent} iterations do not divide evenly over {cores} cores "
+                  f"({loop.extent} = {cores} x {loop.extent // cores} + {loop.extent % cores}).")
     if site.outer:
         starts = _iterations(site.outer)
         w.say(f"Loop {var} is inside {_loops_text(site.outer)}, so the parallel region starts {human_count(starts)} "
@@ -523,8 +535,8 @@ def _vectorize(w: _Writer, before: _Side, after: _Side, step) -> None:
     width = max(widths) if widths else 0
     elem = after.analysis.tensors[after.info(block).equation.lhs.tensor].dtype if after.info(block) else "f32"
     w.facts.update(vector_loop=var, lanes=lanes, vector_bytes_used=width)
-    if w.target == "cuda":
-        w.say(f"Vectorizes loop {var}: {lanes} lanes of {elem} ({width:g} bytes per access).")
+    if w.machine is None:
+        w.say(f"Vectorizes loop {var} of {block}: {lanes} lanes of {elem} ({width:g} bytes per vector operation).")
     else:
         mv = w.machine.vector_bytes
         w.facts["machine_vector_bytes"] = mv
@@ -661,7 +673,7 @@ def _compute_at(w: _Writer, before: _Side, after: _Side, step) -> None:
           at_loop=at.get("loop"), elements_per_iteration=per_iter, elements_before=before_count,
           shared_loop_before=shared[-1].var if shared else None)
     w.facts["iteration_working_set_bytes"] = sum(
-        working_set(after.analysis, site.loop, line_bytes=w.machine.line_bytes).values())
+        working_set(after.analysis, site.loop, line_bytes=w.line_bytes).values())
 
 
 #: The steps worth naming as now offered on a loop: by target (cuda or not).
@@ -831,8 +843,14 @@ def _ms(x: float) -> str:
 def step_reasoning(before: Analysis, after: Analysis, step, *, measured: tuple[float, float] | None = None,
                    target: str = "llvm", machine: Machine | None = None) -> Reasoning:
     """Why ``step`` (turning ``before`` into ``after``) should help, from the
-    facts of both programs; closes with the measured effect when given."""
-    machine = machine or Machine.detect()
+    facts of both programs; closes with the measured effect when given.
+
+    ``machine`` is the CPU the program runs on; by default this one when the
+    target is ``llvm``. For ``cuda``, and for ``rpc`` without a machine (the
+    remote device's caches are unknown here), nothing is compared with CPU
+    caches, cores or vectors."""
+    if machine is None and target == "llvm":
+        machine = Machine.detect()
     w = _Writer(machine, target)
     w.facts.update(step=step.id, args=step.args)
     b, a = _Side.of(before), _Side.of(after)
@@ -850,8 +868,8 @@ def step_reasoning(before: Analysis, after: Analysis, step, *, measured: tuple[f
     if measured is not None:
         _measured(w, measured, target)
     w.facts["risks"] = list(dict.fromkeys(w.risks))
-    if target != "cuda":
-        w.facts["machine"] = machine.to_json()
+    if w.machine is not None:
+        w.facts["machine"] = w.machine.to_json()
     return Reasoning(w.sentences, w.facts)
 
 
