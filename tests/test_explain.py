@@ -93,6 +93,10 @@ def test_matmul_loop_facts_i_and_j_are_spatial_with_row_major_strides():
     assert {s.text: s.stride for s in i.strides} == {"C_{i,j}": 96, "X_{i,k}": 256, "W_{k,j}": 0}
     assert {s.text: s.stride for s in j.strides} == {"C_{i,j}": 1, "X_{i,k}": 0, "W_{k,j}": 1}
     assert i.trip_count == 128 and j.trip_count == 128 * 96
+    # j and the loop inside it: a reorder is offered, a fusion is not (k is a reduction axis).
+    assert ("reorder", "Swap loops j and k", {"block": "C", "loops": ["j", "k"]}) in j.offered
+    fuse = next(r for r in j.refused if r.transform == "fuse")
+    assert fuse.with_loop == "k" and fuse.short == "j indexes C and k does not"
     # One iteration of i: a row of X (1 KiB), all of W (96 KiB), a row of C (384 B).
     assert i.iteration_working_set == {"C": 384, "X": 1024, "W": 96 * 1024}
     # One iteration of k: one element of each, each in its own 64-byte line.

@@ -360,6 +360,8 @@ class Refusal:
     code: str
     short: str
     detail: str
+    #: For reorder, fuse and tile: the loop directly inside, paired with this one.
+    with_loop: str | None = None
 
 
 @dataclass
@@ -515,6 +517,25 @@ def _legality(ctx, site, facts: LoopFacts, target: str) -> None:
             continue  # needs other arguments: not a precondition of the loop
         except LeirError:
             continue
+    inner = next((s for s in ctx.loop_sites if s.outer and s.outer[-1] is site.loop), None)
+    if inner is None:
+        return
+    pair = [var, inner.loop.var]
+    offered_pairs = {i for i, _, a in facts.offered if list(a.get("loops") or ()) == pair}
+    for tid in _PAIR_CHECKS:
+        if tid in offered_pairs:
+            continue
+        try:
+            transforms.get(tid).check(ctx, {"block": ref["block"], "loops": pair})
+        except NotApplicable as e:
+            facts.refused.append(Refusal(tid, getattr(e, "code", "not-applicable"), e.short, e.detail,
+                                         inner.loop.var))
+        except LeirError:
+            continue  # tile needs sizes: its loops themselves qualify
+
+
+#: Transformations of a loop and the one directly inside it.
+_PAIR_CHECKS = ("reorder", "fuse", "tile")
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,8 @@ def describe_loop(analysis: Analysis, *, at: int | None = None, block: str | Non
         ids = list(dict.fromkeys(i for i, _, _ in f.offered))
         lines.append(f"- offered: {', '.join(ids)}")
     if f.refused:
-        lines.append("- not offered: " + "; ".join(f"{r.transform} ({r.short})" for r in f.refused))
+        lines.append("- not offered: " + "; ".join(
+            f"{r.transform}{f' with {r.with_loop}' if r.with_loop else ''} ({r.short})" for r in f.refused))
     return "\n".join(lines)
 
 
