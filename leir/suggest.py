@@ -272,16 +272,18 @@ def tvmscript_namespace(kernel: str) -> str:
 
 
 def suggest(text: str, language: str, at: int | None = None, *, kernel: str | None = None, target: str = "llvm",
-            measured: MeasuredLookup | None = None, limit: int | None = None) -> list[Suggestion]:
+            measured: MeasuredLookup | None = None, limit: int | None = None, document=None) -> list[Suggestion]:
     """The steps that apply at character offset ``at`` of a document
     (everywhere when None), best first (see the module docstring).
-    ``language`` is "leir" or "tvmscript". A document with errors, or a
-    Python file without a kernel that loads, has no suggestions."""
+    ``language`` is "leir" or "tvmscript"; ``document``, the
+    ``leir.document.LeirDocument`` of ``text`` when the caller has it. A
+    document with errors, or a Python file without a kernel that loads, has
+    no suggestions."""
     from leir.transforms import TransformError
 
     try:
         if language == "leir":
-            found = _leir_suggestions(text, at, target, measured)
+            found = _leir_suggestions(document if document is not None else _document(text), at, target, measured)
         else:
             found = _tvmscript_suggestions(text, at, kernel, target, measured)
     except TransformError:
@@ -329,39 +331,39 @@ def kernel_at(text: str, kernel: str | None = None, at: int | None = None):
         return _kernel(text, None, at)
 
 
-_rankings: dict[tuple, dict[str, tuple[float, tuple[str, ...]]]] = {}
-_rankings_lock = threading.Lock()
-
-
-def _scores(analysis: Analysis, target: str, key: tuple) -> dict[str, tuple[float, tuple[str, ...]]]:
-    """``rank``'s score and facts per step key, computed once per ``key``
-    (the text the analysis came from)."""
-    from leir.optimize import rank
+def _scores(ctx, steps, target: str) -> dict[str, tuple[float, tuple[str, ...]]]:
+    """``leir.optimize.rank``'s score and facts of each of ``steps`` (the ones
+    at the cursor: ranking every step of a large program would take seconds);
+    steps the search never takes score 0."""
+    from leir.optimize import SEARCHED, _score
 
     # rank() knows "llvm" and "cuda"; an RPC device runs one of them.
     kind = "cuda" if "cuda" in target else "llvm"
-    with _rankings_lock:
-        found = _rankings.get((key, kind))
-    if found is None:
-        found = {r.step.key: (r.score, r.facts) for r in rank(analysis, kind)}
-        with _rankings_lock:
-            _rankings[(key, kind)] = found
-            while len(_rankings) > 16:
-                _rankings.pop(next(iter(_rankings)))
-    return found
+    searched = {i for i in SEARCHED if kind == "cuda" or i != "bind"}
+    out: dict[str, tuple[float, tuple[str, ...]]] = {}
+    for step in steps:
+        if step.id not in searched:
+            out[step.key] = (0.0, ())
+            continue
+        try:
+            out[step.key] = _score(ctx, step, kind)
+        except LeirError:
+            out[step.key] = (1.0, ())  # as rank() scores a step it cannot reason about
+    return out
 
 
-def _leir_suggestions(text: str, at: int | None, target: str, measured: MeasuredLookup | None) -> list[Suggestion]:
+def _leir_suggestions(doc, at: int | None, target: str, measured: MeasuredLookup | None) -> list[Suggestion]:
     from leir import transforms
+    from leir.transforms.base import Context
 
-    doc = _document(text)
     if not doc.ok:
         return []
     analysis = doc.analysis
-    candidates = transforms.candidates(analysis, at)
+    ctx = Context(analysis)
+    candidates = transforms.candidates(ctx, at)
     if not candidates:
         return []
-    scores = _scores(analysis, target, ("leir", text))
+    scores = _scores(ctx, [c.step for c in candidates], target)
     before = measured.measured(analysis) if measured is not None else None
     digest = program_digest(analysis) if before is not None else None
     out = []
@@ -390,7 +392,7 @@ def _tvmscript_suggestions(text: str, at: int | None, kernel: str | None, target
         found = sorted(seen.values(), key=lambda c: order[c.step.id])
     if not found:
         return []
-    scores = _scores(ctx.analysis, target, ("tvmscript", text, k.name))
+    scores = _scores(ctx, [c.step for c in found], target)
     before = measured.measured(ctx.analysis) if measured is not None else None
     digest = program_digest(ctx.analysis) if before is not None else None
     out = []

@@ -25,13 +25,14 @@ def compute(server, snapshot: "DocumentSnapshot", offset: int | None, limit: int
 
     if snapshot.too_large:
         return []
+    doc = None
     if snapshot.language == "leir":
-        doc = snapshot.leir
+        doc = snapshot.leir  # parsed once per version, shared by every request on it
         if doc is None or not doc.ok:
             return []
     lookup = workers_of(server).lookup()
     return suggest(snapshot.text, snapshot.language, offset, kernel=kernel,
-                   target=server.session.settings.target, measured=lookup, limit=limit)
+                   target=server.session.settings.target, measured=lookup, limit=limit, document=doc)
 
 
 async def at(server, snapshot: "DocumentSnapshot", offset: int | None, limit: int | None = None,

@@ -74,6 +74,22 @@ def test_suggestions_on_a_loop_header_act_on_that_loop_best_first():
     assert text[parallel.span.start:parallel.span.end].startswith("L^{32}_{i}")
 
 
+def test_scores_at_the_cursor_are_rank_scores(examples_dir):
+    from leir.optimize import rank
+
+    compared = 0
+    for path in sorted(examples_dir.glob("*.leir")):
+        text = path.read_text()
+        ranked = {r.step.key: (r.score, r.facts) for r in rank(load_leir(text).analysis, "llvm")}
+        for s in suggest(text, "leir", len(text) // 2):
+            if s.step.key in ranked:
+                compared += 1
+                assert (s.score, s.facts) == ranked[s.step.key], (path.name, s.step)
+            else:
+                assert s.score == 0.0  # a step the search never takes
+    assert compared > 100
+
+
 def test_unmeasured_suggestions_have_the_plain_title():
     text, at = at_marker(TRANSPOSE.replace("L^{32}_{i}", "L^{32}_{$0i}"))
 
