@@ -136,9 +136,12 @@ def _loops_text(loops: Sequence[A.Loop]) -> str:
     return ", ".join(f"{l.var} ({l.extent})" for l in loops)
 
 
-def _contiguity(w: _Writer, before: _Side, after: _Side, block: str, quiet: bool = False) -> None:
+def _contiguity(w: _Writer, before: _Side, after: _Side, block: str, quiet: bool = False,
+                name_block: bool = False) -> None:
     """Which accesses of ``block`` become contiguous (or stop being) along
-    the innermost loop (``quiet``: nothing said when no stride changes)."""
+    the innermost loop (``quiet``: nothing said when no stride changes;
+    ``name_block``: each sentence says which block, for steps that touch
+    several)."""
     bi, ai = before.info(block), after.info(block)
     if bi is None or ai is None or not bi.loops or not ai.loops:
         return
@@ -157,7 +160,7 @@ def _contiguity(w: _Writer, before: _Side, after: _Side, block: str, quiet: bool
         if sb == sa or (text_a, sb, sa) in seen:
             continue
         seen.add((text_a, sb, sa))
-        changed.append({"tensor": t, "access": text_a, "stride_before": sb, "stride_after": sa})
+        changed.append({"block": block, "tensor": t, "access": text_a, "stride_before": sb, "stride_after": sa})
         if sa == 1 and sb != 1:
             gained.append(f"{text_a} (stride {_stride_word(sb)} before)")
         elif sb == 1 and sa == 0:
@@ -165,16 +168,19 @@ def _contiguity(w: _Writer, before: _Side, after: _Side, block: str, quiet: bool
         elif sb == 1 and sa != 1:
             lost.append(f"{text_a} (stride {_stride_word(sa)}, was 1)")
     if changed:
-        w.facts["stride_changes"] = changed
+        w.facts.setdefault("stride_changes", []).extend(changed)
+    where = f"In {block}, " if name_block else ""
     if gained:
-        w.say(f"Along {a_in.var}, {_join(gained)} {'is' if len(gained) == 1 else 'are'} now contiguous: "
-              f"consecutive iterations touch consecutive elements.")
+        w.say(f"{where}{'a' if where else 'A'}long {a_in.var}, {_join(gained)} {'is' if len(gained) == 1 else 'are'} "
+              f"now contiguous: consecutive iterations touch consecutive elements.")
     if invariant:
-        w.say(f"{_join(invariant)} {'stays' if len(invariant) == 1 else 'stay'} the same element across {a_in.var} "
-              f"(stride 0, was 1).")
+        w.say(f"{where}{_join(invariant)} {'stays' if len(invariant) == 1 else 'stay'} the same element across "
+              f"{a_in.var} (stride 0, was 1).")
     if lost:
-        w.say(f"But {_join(lost)} {'is' if len(lost) == 1 else 'are'} no longer contiguous along {a_in.var}.")
-        w.risk(f"{_join(lost)} lost unit stride along the innermost loop {a_in.var}")
+        w.say(f"{where or 'But '}{_join(lost)} {'is' if len(lost) == 1 else 'are'} no longer contiguous along "
+              f"{a_in.var}.")
+        w.risk(f"{_join(lost)} lost unit stride along the innermost loop {a_in.var}"
+               + (f" of {block}" if name_block else ""))
     if not changed and b_in.var != a_in.var:
         w.say(f"The strides along the innermost loop stay the same ({_strides_list(a_rows)}).")
 
@@ -797,6 +803,11 @@ def _generic(w: _Writer, before: _Side, after: _Side, step) -> None:
         if tb.shape != ta.shape:
             w.say(f"{name}'s layout changes from [{','.join(map(str, tb.shape))}] to [{','.join(map(str, ta.shape))}].",
                   **{f"shape_{name}": [list(tb.shape), list(ta.shape)]})
+    # Strides along the innermost loops, block by block (a layout or an
+    # operator rewrite can make an access contiguous or break it).
+    for block in before.ctx.block_names:
+        if block in after.ctx.block_names:
+            _contiguity(w, before, after, block, quiet=True, name_block=True)
 
 
 def _plural(n: int, word: str) -> str:
