@@ -664,3 +664,14 @@ def test_a_remote_target_without_a_machine_compares_nothing_with_this_cpu():
     assert "over 8 cores" in r.text
     md = describe_access(analysis(MATMUL), at=MATMUL.index("W_{"), target="rpc")
     assert "reused across `i` after 97.4 KiB of cache lines" in md and "fits" not in md
+
+
+def test_a_layout_change_names_each_block_whose_access_loses_unit_stride():
+    before = "L^{64}_{i}\n  L^{32}_{j} [\n    T_{i,j} = X_{i,j}*2.0;\n  ];\n\n" \
+             "L^{64}_{i}\n  L^{32}_{j} [\n    Y_{i,j} = T_{i,j} + 1.0;\n  ];\n"
+    after = before.replace("T_{i,j}", "T_{j,i}")
+    r = step_reasoning(analysis(before), analysis(after),
+                       Step("transform_layout", {"tensor": "T", "layout": "transpose"}), machine=MACHINE)
+    assert "In T, T_{j,i} (stride 64, was 1) is no longer contiguous along j." in r.text
+    assert "In Y, T_{j,i} (stride 64, was 1) is no longer contiguous along j." in r.text
+    assert {c["block"] for c in r.facts["stride_changes"]} == {"T", "Y"}
