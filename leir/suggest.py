@@ -272,20 +272,23 @@ def tvmscript_namespace(kernel: str) -> str:
 
 
 def suggest(text: str, language: str, at: int | None = None, *, kernel: str | None = None, target: str = "llvm",
-            measured: MeasuredLookup | None = None, limit: int | None = None, document=None) -> list[Suggestion]:
+            measured: MeasuredLookup | None = None, limit: int | None = None, document=None,
+            only: tuple[str, ...] | None = None) -> list[Suggestion]:
     """The steps that apply at character offset ``at`` of a document
     (everywhere when None), best first (see the module docstring).
     ``language`` is "leir" or "tvmscript"; ``document``, the
-    ``leir.document.LeirDocument`` of ``text`` when the caller has it. A
+    ``leir.document.LeirDocument`` of ``text`` when the caller has it;
+    ``only``, the transformation ids to consider (all by default). A
     document with errors, or a Python file without a kernel that loads, has
     no suggestions."""
     from leir.transforms import TransformError
 
     try:
         if language == "leir":
-            found = _leir_suggestions(document if document is not None else _document(text), at, target, measured)
+            found = _leir_suggestions(document if document is not None else _document(text), at, target, measured,
+                                      only)
         else:
-            found = _tvmscript_suggestions(text, at, kernel, target, measured)
+            found = _tvmscript_suggestions(text, at, kernel, target, measured, only)
     except TransformError:
         return []
     found = order(found)
@@ -352,7 +355,8 @@ def _scores(ctx, steps, target: str) -> dict[str, tuple[float, tuple[str, ...]]]
     return out
 
 
-def _leir_suggestions(doc, at: int | None, target: str, measured: MeasuredLookup | None) -> list[Suggestion]:
+def _leir_suggestions(doc, at: int | None, target: str, measured: MeasuredLookup | None,
+                      only: tuple[str, ...] | None = None) -> list[Suggestion]:
     from leir import transforms
     from leir.transforms.base import Context
 
@@ -360,7 +364,7 @@ def _leir_suggestions(doc, at: int | None, target: str, measured: MeasuredLookup
         return []
     analysis = doc.analysis
     ctx = Context(analysis)
-    candidates = transforms.candidates(ctx, at)
+    candidates = transforms.candidates(ctx, at, only=only)
     if not candidates:
         return []
     scores = _scores(ctx, [c.step for c in candidates], target)
@@ -375,18 +379,18 @@ def _leir_suggestions(doc, at: int | None, target: str, measured: MeasuredLookup
 
 
 def _tvmscript_suggestions(text: str, at: int | None, kernel: str | None, target: str,
-                           measured: MeasuredLookup | None) -> list[Suggestion]:
+                           measured: MeasuredLookup | None, only: tuple[str, ...] | None = None) -> list[Suggestion]:
     from leir import transforms
     from leir.transforms.tvmscript import _retitle
 
     k = kernel_at(text, kernel, at)
     ctx = k.ctx
     if at is None:
-        found = transforms.candidates(ctx, None)
+        found = transforms.candidates(ctx, None, only=only)
     else:
         seen: dict[str, Any] = {}
         for offset in k.leir_offsets(at):
-            for c in transforms.candidates(ctx, offset):
+            for c in transforms.candidates(ctx, offset, only=only):
                 seen.setdefault(c.step.key, c)
         order = {t.ID: i for i, t in enumerate(transforms.ALL)}
         found = sorted(seen.values(), key=lambda c: order[c.step.id])

@@ -19,8 +19,9 @@ if TYPE_CHECKING:
 
 
 def compute(server, snapshot: "DocumentSnapshot", offset: int | None, limit: int | None = None,
-            kernel: str | None = None) -> list["Suggestion"]:
-    """The suggestions at ``offset`` (blocking; run it in a thread)."""
+            kernel: str | None = None, only: tuple[str, ...] | None = None) -> list["Suggestion"]:
+    """The suggestions at ``offset`` (blocking; run it in a thread);
+    ``only``: these transformations."""
     from leir.suggest import suggest
 
     if snapshot.too_large:
@@ -32,7 +33,7 @@ def compute(server, snapshot: "DocumentSnapshot", offset: int | None, limit: int
             return []
     lookup = workers_of(server).lookup()
     return suggest(snapshot.text, snapshot.language, offset, kernel=kernel,
-                   target=server.session.settings.target, measured=lookup, limit=limit, document=doc)
+                   target=server.session.settings.target, measured=lookup, limit=limit, document=doc, only=only)
 
 
 async def at(server, snapshot: "DocumentSnapshot", offset: int | None, limit: int | None = None,

@@ -79,8 +79,11 @@ def hover_markdown(server, snapshot, offset: int) -> str | None:
             if text:
                 parts.append(text)
                 break
-    found = suggestions.compute(server, snapshot, offset, None)
-    # Hover explains the steps that act on what is under the cursor.
+    from leir.optimize import SEARCHED
+
+    # Hover explains the loop and memory steps that act on what is under the
+    # cursor (the ones that change latency; the menu offers the rest too).
+    found = suggestions.compute(server, snapshot, offset, None, only=SEARCHED)
     on_target = [s for s in found if s.span is not None and s.span.contains(offset)][:MAX_STEPS]
     if on_target:
         lookup = suggestions.workers_of(server).lookup()
