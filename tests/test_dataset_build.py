@@ -202,3 +202,25 @@ def test_resuming_with_other_settings_is_refused(tiny):
     tmp, _, _ = tiny
     with pytest.raises(DatasetError, match="other settings .*steps"):
         build(_config(tmp, "out", steps=STEPS + 1), progress=False)
+
+
+@pytest.mark.parametrize("workload, step", [
+    # The copy reads rvar outside rsqrt: drawn from the after program's own
+    # inputs, rvar would be negative where the program before had it >= 0.
+    ("batchnorm.leir", {"id": "cache_read", "args": {"block": "Y", "tensor": "rvar", "scope": "l"}}),
+    ("batchnorm.leir", {"id": "cache_read", "args": {"block": "Y", "tensor": "beta", "scope": "l"}}),
+    # The expansion reads gamma before rmean: another draw order.
+    ("conv_bn_relu.leir", {"id": "expand_factorization", "args": {"block": "Y"}}),
+])
+def test_equivalence_feeds_both_programs_the_inputs_of_the_program_before(workload, step):
+    from leir.dataset.build import _equivalence, _State
+    from leir.dataset.variants import strip_comments
+    from leir.document import load_leir, read_text
+    from leir.semantics import analyze
+    from leir.transforms import apply, step_from_json, verify
+
+    before = strip_comments(load_leir(read_text(EXAMPLES / workload)).analysis)
+    after = analyze(apply(before, step_from_json(step)))
+    comparisons, notes = _equivalence(_State(before, "", None), after)
+    assert not notes and comparisons and all(c.ok for _, c in comparisons)
+    assert verify(before, after).ok  # and leir.transforms.verify agrees

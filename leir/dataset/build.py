@@ -210,7 +210,7 @@ class _State:
     def expected(self) -> dict:
         """seed -> NumPy evaluation of every output (computed once)."""
         if self._expected is None:
-            self._expected = {seed: _evaluate(self.analysis, seed) for seed in _seeds()}
+            self._expected = {seed: _evaluate(self.analysis, _inputs(self.analysis, seed)) for seed in _seeds()}
         return self._expected
 
 
@@ -230,10 +230,10 @@ def _inputs(analysis, seed: int) -> dict:
     return inputs
 
 
-def _evaluate(analysis, seed: int) -> dict:
+def _evaluate(analysis, inputs: dict) -> dict:
     from leir.evaluate import evaluate
 
-    out = evaluate(analysis, _inputs(analysis, seed))
+    out = evaluate(analysis, inputs)
     return {t.name: out[t.name] for t in analysis.outputs()}
 
 
@@ -326,7 +326,11 @@ def _equivalence(before: _State, after) -> tuple[list, list[str]]:
     with _time_limit(EVAL_LIMIT_S):
         for seed in _seeds():
             try:
-                got = _evaluate(after, seed)
+                # The inputs of the program before, as leir.transforms.verify
+                # draws them: the program after may list its inputs in
+                # another order or read one outside sqrt (a cache copy),
+                # which would draw other values from the same seed.
+                got = _evaluate(after, _inputs(before.analysis, seed))
             except LeirError as e:
                 return comparisons, [f"the NumPy evaluation failed: {e}"]
             for name, dtype in dtypes.items():
