@@ -32,7 +32,7 @@ PYTEST_ARGS ?=
 OPTIMIZE_EXAMPLES ?= matmul softmax conv2d
 OPTIMIZE_ARGS ?= --steps 3 --budget 12
 
-.PHONY: help install install-tokens demo test reinstall extension
+.PHONY: help install install-tokens demo test reinstall extension extension-browser-test
 # Two pip installs at once into one interpreter would race.
 .NOTPARALLEL:
 
@@ -40,6 +40,7 @@ help:
 	@echo "make demo            install, then check, convert and run every examples/*.leir, and optimize a few"
 	@echo "make test            install, then run the whole pytest suite, then make extension"
 	@echo "make extension       build, lint, test and package the VS Code extension (extension/)"
+	@echo "make extension-browser-test  the packaged extension in code-server and Chromium (slow, opt-in)"
 	@echo "make install         install the project with its test and tokens extras"
 	@echo "make install-tokens  install the project with the optional token-counting tooling"
 	@echo "make reinstall       forget the install stamps (the next target reinstalls)"
@@ -116,3 +117,15 @@ extension: install $(EXT_NPM)
 	  && npm run --silent test:unit && npm run --silent test:grammar \
 	  && LEIR_PYTHON=$(PYTHON) npm run --silent test:e2e \
 	  && npm run --silent package && LEIR_PYTHON=$(PYTHON) npm run --silent test:vsix
+
+# Opt-in, not part of `make test`: the .vsix in a real VS Code (code-server
+# from npm, its native modules compiled here for minutes) driven through
+# Debian's Chromium; screenshots go to build/extension-browser/.
+CODE_SERVER_VERSION := 4.100.3
+CODE_SERVER := build/code-server/node_modules/.bin/code-server
+
+$(CODE_SERVER):
+	bash $(EXT)/test/browser/install-code-server.sh $(CODE_SERVER_VERSION) build/code-server
+
+extension-browser-test: extension $(CODE_SERVER)
+	cd $(EXT) && CODE_SERVER=$(abspath $(CODE_SERVER)) LEIR_PYTHON=$(PYTHON) npm run --silent test:browser

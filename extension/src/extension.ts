@@ -126,6 +126,9 @@ class LeirExtension {
 
     context.subscriptions.push(
       vscode.workspace.onDidChangeConfiguration((e) => {
+        if (e.affectsConfiguration("leir.target")) {
+          this.showConfiguredTarget();
+        }
         if (e.affectsConfiguration("leir.server.path") || e.affectsConfiguration("leir.interpreter")) {
           this.output.info("Server command setting changed: restarting the server");
           void this.restart();
@@ -152,6 +155,7 @@ class LeirExtension {
     });
     this.updateContext(vscode.window.activeTextEditor);
     this.update({ kind: "server", state: "starting" });
+    this.showConfiguredTarget();
     this.statusItem.show();
   }
 
@@ -320,6 +324,12 @@ class LeirExtension {
           ? { title: "Settings", command: "workbench.action.openSettings", arguments: ["leir.target"] }
           : COMMAND.showOutput;
     void vscode.commands.executeCommand("setContext", "leir.measuring", this.status.measuring || this.running.size > 0);
+  }
+
+  /** The configured target until the server reports the device it measures on. */
+  private showConfiguredTarget(): void {
+    const target = vscode.workspace.getConfiguration(SECTION).get<string>("target", "llvm");
+    this.update({ kind: "status", status: { target, device: "", measuring: this.status.measuring } });
   }
 
   private updateContext(editor: vscode.TextEditor | undefined): void {

@@ -197,12 +197,6 @@ describe("leir-lsp over stdio, as the extension drives it", () => {
       assert.equal(a.data?.version, 1);
     }
     const chosen = actions.find((a) => a.data?.step.id === "split") ?? actions[0];
-    if (process.env.LEIR_E2E_CAPTURE) {
-      // What the README picture is rendered from (scripts/render_readme_image.py).
-      const capture = { file: "examples/matmul.leir", text, position: kLoop, hover: hoverText, actions: actions.map((a) => a.title) };
-      writeFileSync(process.env.LEIR_E2E_CAPTURE, JSON.stringify(capture, null, 2));
-    }
-
     const resolved = (await conn.sendRequest("codeAction/resolve", chosen)) as CodeAction;
     const edited = applyTextEdits(text, editsFor(resolved, uri, 1));
     assert.notEqual(edited, text, `"${chosen.title}" changed nothing`);

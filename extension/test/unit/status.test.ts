@@ -15,6 +15,11 @@ describe("status bar", () => {
     assert.equal(view.command, "showOutput");
   });
 
+  it("shows the configured target alone until the server names the device", () => {
+    const s = reduce(running(), { kind: "status", status: { target: "cuda", device: "", measuring: false } });
+    assert.equal(render(s).text, "$(pulse) cuda");
+  });
+
   it("shows target and device, then a spinner while measuring that cancels on click", () => {
     let s = reduce(running(), { kind: "status", status: { target: "llvm", device: "x86-64 avx2", measuring: false } });
     assert.equal(render(s).text, "$(pulse) llvm · x86-64 avx2");
