@@ -1,8 +1,9 @@
-"""``textDocument/didSave``: with ``suggestionsOnSave`` on, publish the top
-suggestions of the saved document as Hint diagnostics, for editors without
-a code-action menu. They sit in ``Session.hints`` and go out with the
-document's own diagnostics (``diagnostics.republish``) until the next
-change drops them.
+"""``textDocument/didSave``: with ``autoMeasure`` on, measure the program
+and its top suggestions in the background (``auto_measure``); with
+``suggestionsOnSave`` on, publish the top suggestions of the saved document
+as Hint diagnostics, for editors without a code-action menu. The hints sit
+in ``Session.hints`` and go out with the document's own diagnostics
+(``diagnostics.republish``) until the next change drops them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import asyncio
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
-from leir_server import suggestions, trajectory
+from leir_server import auto_measure, suggestions, trajectory
 
 OPTIONS = types.SaveOptions(include_text=False)
 
@@ -53,6 +54,7 @@ async def handle(server: LanguageServer, params: types.DidSaveTextDocumentParams
 
     uri = params.text_document.uri
     trajectory.confirm(server, uri)
+    auto_measure.schedule(server, uri)
     if not server.session.settings.suggestions_on_save:
         return
     snapshot = server.session.snapshot(uri)

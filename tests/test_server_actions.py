@@ -4,6 +4,7 @@ the real ``leir-lsp`` (pytest-lsp). Each test has its own measurement cache
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -324,3 +325,28 @@ async def test_hover_in_a_python_kernel_explains_its_loop(leir_lsp: LeirClient):
 
     assert "**loop `i`**" in hover.contents.value
     assert "32 iterations" in hover.contents.value
+
+
+async def test_auto_measure_on_save_measures_the_top_suggestions(leir_lsp: LeirClient, own_cache):
+    leir_lsp.set_configuration({"target": "llvm", "autoMeasure": True}, section="leir")
+    leir_lsp.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
+    text, cursor = marked(TRANSPOSE.replace("L^{32}_{i}", "L^{32}_{$0i}"))
+    uri = await leir_lsp.open("auto.leir", text)
+    await leir_lsp.wait_for_diagnostics(uri, version=1)
+
+    leir_lsp.text_document_did_save(types.DidSaveTextDocumentParams(
+        text_document=types.TextDocumentIdentifier(uri=uri)))
+
+    def statuses():
+        return [p for m, p in leir_lsp.leir_notifications if m == "leir/status"]
+
+    async def finished():
+        while not any(not s.measuring for s in statuses()):
+            await leir_lsp.wait_for_notification("leir/status")
+    await asyncio.wait_for(finished(), 600)  # a bound on a hang
+    actions = await actions_at(leir_lsp, uri, cursor)
+
+    assert statuses()[0].measuring is True
+    assert statuses()[-1].lastLatencyMs > 0
+    measured = [a.title for a in actions if "(measured " in a.title]
+    assert measured, [a.title for a in actions]
