@@ -350,3 +350,22 @@ async def test_auto_measure_on_save_measures_the_top_suggestions(leir_lsp: LeirC
     assert statuses()[-1].lastLatencyMs > 0
     measured = [a.title for a in actions if "(measured " in a.title]
     assert measured, [a.title for a in actions]
+
+
+async def test_python_kernels_get_lenses_and_measure_by_name(leir_lsp: LeirClient):
+    text = transpose_python()
+    uri = await leir_lsp.open("lens_kernel.py", text)
+    kernel_line = text[:text.index("@T.prim_func")].count("\n")
+
+    before = await leir_lsp.text_document_code_lens_async(types.CodeLensParams(
+        text_document=types.TextDocumentIdentifier(uri=uri)))
+    m = await leir_lsp.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="leir.measure", arguments=[{"uri": uri, "kernel": "transpose", "repeat": 1}]))
+    after = await leir_lsp.text_document_code_lens_async(types.CodeLensParams(
+        text_document=types.TextDocumentIdentifier(uri=uri)))
+
+    assert [l.command.title for l in before] == ["measure", "optimize…", "0 steps applied"]
+    assert [list(l.command.arguments) for l in before] == [[{"uri": uri, "kernel": "transpose"}]] * 3
+    assert before[0].range.start.line == kernel_line
+    assert m["verified"] is True and m["median_ms"] > 0
+    assert after[0].command.title == f"{latency_text(m['median_ms'])} on llvm ({m['device']})"
