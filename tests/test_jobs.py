@@ -166,3 +166,19 @@ def test_optimize_child_stops_when_the_parent_cancels():
 
     assert log[-1] == ("failed", Failure("cancelled", "optimize was cancelled"))
     assert [m[0] for m in log].count("measure") == 2  # the start, then the batch it cancelled
+
+
+def test_optimize_child_searches_a_python_kernel_in_its_leir_form():
+    python = convert(TRANSPOSE, "leir", None, "transpose").text
+    parent, child = Pipe()
+    log: list = []
+    thread = threading.Thread(target=_parent, args=(parent, kernel_program(python), log))
+    thread.start()
+
+    optimize_child(child, python, "tvmscript", "transpose", {"steps": 1, "budget": 6, "target": "llvm"})
+    thread.join(60)
+
+    assert log[-1][0] == "done"
+    result = log[-1][1]
+    assert len(result["steps"]) == 1
+    assert load_leir(result["final"]).ok  # the final program is LEIR text
