@@ -222,3 +222,14 @@ def test_cli_stats_and_errors_are_one_line(tmp_path, capsys):
     assert "not a directory" in capsys.readouterr().err
     assert main(["dataset", "build", "--workloads", str(tmp_path), "--out", str(tmp_path / "o"), "--steps", "0"]) == 2
     assert "--steps must be at least 1" in capsys.readouterr().err
+
+
+def test_chat_can_keep_only_steps_that_made_the_program_faster(tmp_path):
+    shutil.copy(SAMPLE_DIR / SAMPLES, tmp_path / SAMPLES)
+    export(tmp_path, chat_min_speedup=1.05, parquet=False)
+    chat = [json.loads(l) for l in (tmp_path / "chat.jsonl").read_text().splitlines()]
+    kept, _ = select(read_samples(tmp_path))
+    faster = [s for s in kept if s["speedup"] >= 1.05]
+    assert 0 < len(chat) == len(faster) < len(kept)
+    for pair, s in zip(chat, faster):
+        assert s["after"] in pair["messages"][1]["content"] or json.dumps(s["after"]) in pair["messages"][1]["content"]

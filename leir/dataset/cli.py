@@ -66,6 +66,8 @@ def _export_arguments(p, cap: int, algebraic_cap: int) -> None:
     p.add_argument("--heldout", type=float, default=0.15, metavar="F",
                    help="fraction of workload families held out whole (default 0.15)")
     p.add_argument("--no-parquet", action="store_true", help="JSONL only")
+    p.add_argument("--chat-min-speedup", type=float, metavar="X",
+                   help="only steps at least X times faster go to chat.jsonl (default: every kept step)")
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -94,7 +96,8 @@ def _export(directory: str, args) -> None:
     from leir.dataset.export import export
 
     summary = export(directory, cap=args.cap, algebraic_cap=args.algebraic_cap, seed=args.seed,
-                     heldout_fraction=args.heldout, parquet=not args.no_parquet)
+                     heldout_fraction=args.heldout, parquet=not args.no_parquet,
+                     chat_min_speedup=args.chat_min_speedup)
     print(summary.text(), file=sys.stderr)
 
 

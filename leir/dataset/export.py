@@ -141,8 +141,8 @@ def chat_pair(sample: dict) -> dict:
     user = (f"Here is a LEIR tensor program for {sample['target']} ({sample['device']}).\n"
             f"Known tensors:\n{tensors_text(sample['tensors'])}\n\n"
             f"Program:\n{sample['before'].rstrip()}\n\n"
-            "Apply one transformation step that keeps the program numerically equivalent and makes it faster; "
-            "return the transformed IR and the strategy applied.")
+            "Apply one transformation step that keeps the program numerically equivalent, explain how it "
+            "changes the latency, and return the transformed IR and the strategy applied.")
     answer = {
         "transformed_IR": sample["after"],
         "applied_strategies": [sample["steptp_strategy"] or sample["strategy"]],
@@ -218,7 +218,11 @@ class ExportSummary:
 
 
 def export(out: str | Path, cap: int = DEFAULT_CAP, algebraic_cap: int = DEFAULT_ALGEBRAIC_CAP, seed: int = 0,
-           heldout_fraction: float = 0.15, parquet: bool = True) -> ExportSummary:
+           heldout_fraction: float = 0.15, parquet: bool = True,
+           chat_min_speedup: float | None = None) -> ExportSummary:
+    """Write the exports (module docstring). ``chat_min_speedup``: only
+    steps at least this fast go to the chat files (by default every kept
+    sample does, slower ones included: their reasoning says they are slower)."""
     out = Path(out)
     samples = list(read_samples(out))
     kept, removed = select(samples, cap, algebraic_cap, seed)
@@ -229,10 +233,13 @@ def export(out: str | Path, cap: int = DEFAULT_CAP, algebraic_cap: int = DEFAULT
         s["split"] = families[s["family"]]
         by_split[s["split"]].append(s)
     _write_jsonl(out / "records.jsonl", kept)
-    _write_jsonl(out / "chat.jsonl", (chat_pair(s) for s in kept))
+    def chat(rows):
+        return (chat_pair(s) for s in rows if chat_min_speedup is None or s["speedup"] >= chat_min_speedup)
+
+    _write_jsonl(out / "chat.jsonl", chat(kept))
     (out / "chat").mkdir(exist_ok=True)
     for split, rows in by_split.items():
-        _write_jsonl(out / "chat" / f"{split}.jsonl", (chat_pair(s) for s in rows))
+        _write_jsonl(out / "chat" / f"{split}.jsonl", chat(rows))
     if parquet:
         (out / "data").mkdir(exist_ok=True)
         write_parquet(out / "records.parquet", kept)
