@@ -29,7 +29,7 @@ import { probeServer, resolveServerCommand, ServerCommand } from "./interpreter"
 import { activePythonEnvironment, onDidChangePythonEnvironment } from "./python";
 import { initialState, reduce, render, StatusEvent, StatusNotification, StatusState } from "./status";
 import { minimalEdit } from "./textEdits";
-import { Trajectory, trajectoryHtml } from "./trajectory";
+import { latencyPoints, Trajectory, trajectoryHtml } from "./trajectory";
 
 /** The server's commands (the shared contract). */
 const SERVER = {
@@ -491,10 +491,11 @@ class LeirExtension {
       void vscode.window.showInformationMessage("LEIR: no step made this kernel faster within the budget.");
       return;
     }
-    const last = result.steps[n - 1].latency_after_ms;
-    const summary = `LEIR: ${n} step${n === 1 ? "" : "s"}, ${fmtMs(startMs)} → ${fmtMs(last ?? startMs)}${
-      last ? ` (${(startMs / last).toFixed(2)}×)` : ""
-    }.`;
+    // From the steps' own paired measurements, as the trajectory view plots them.
+    const points = latencyPoints({ uri, steps: result.steps, start_ms: startMs });
+    const first = points[0]?.ms ?? startMs;
+    const last = points[points.length - 1]?.ms ?? startMs;
+    const summary = `LEIR: ${n} step${n === 1 ? "" : "s"}, ${fmtMs(first)} → ${fmtMs(last)} (${(first / last).toFixed(2)}×).`;
     // The final program is LEIR: it replaces a .leir document; for a Python
     // kernel it opens beside it (the steps apply to the kernel one by one
     // through the code actions).

@@ -46,7 +46,10 @@ export interface PlotPoint {
 export function latencyPoints(t: Trajectory): PlotPoint[] {
   const points: PlotPoint[] = [];
   const first = t.steps[0];
-  const start = finite(t.start_ms) ? t.start_ms : first && finite(first.latency_before_ms) ? first.latency_before_ms : undefined;
+  // The first step's own "before" was timed against its "after" (paired
+  // rounds); `start_ms` may come from a separate, earlier measurement. The
+  // plot's ratios are the steps' own, so the paired figure wins.
+  const start = first && finite(first.latency_before_ms) ? first.latency_before_ms : finite(t.start_ms) ? t.start_ms : undefined;
   if (start !== undefined) {
     points.push({ step: 0, ms: start, label: "start" });
   }
@@ -160,7 +163,8 @@ export function trajectoryHtml(t: Trajectory | undefined, opts: PageOptions): st
   if (!t) {
     body = `<p class="empty">No trajectory yet: run “LEIR: Optimize Kernel” or apply a code action.</p>`;
   } else {
-    const title = `${t.kernel ? `${t.kernel} — ` : ""}${t.uri}`;
+    const file = decodeURIComponent(t.uri.replace(/[?#].*$/, "").split("/").pop() || t.uri);
+    const title = `${t.kernel ? `${t.kernel} — ` : ""}${file}`;
     const points = latencyPoints(t);
     const status = t.done === false ? `<p class="running">Optimizing… (${t.steps.length} step${t.steps.length === 1 ? "" : "s"} so far)</p>` : "";
     const total =
@@ -183,11 +187,14 @@ export function trajectoryHtml(t: Trajectory | undefined, opts: PageOptions): st
       })
       .join("\n");
     body = [
-      `<h1>${escapeHtml(title)}</h1>`,
+      `<h1 title="${escapeHtml(t.uri)}">${escapeHtml(title)}</h1>`,
       status,
       total,
       plotSvg(points),
-      t.steps.length ? `<ol class="steps">${rows}</ol>` : `<p class="empty">No step applied yet.</p>`,
+      t.steps.length
+        ? `<ol class="steps">${rows}</ol>`
+        : // An optimize run that ended (done) found nothing; a document's own trajectory is just empty.
+          `<p class="empty">${t.done === true ? "No step made this kernel faster within the budget." : "No step applied yet."}</p>`,
     ].join("\n");
   }
   return `<!DOCTYPE html>

@@ -48,6 +48,29 @@ async function until<T>(what: string, ms: number, probe: () => Promise<T | undef
   }
 }
 
+/** Opens a workspace file with Quick Open, once the workbench has indexed the folder. */
+async function openFile(page: Page, name: string): Promise<void> {
+  await until(`${name} to open`, 180_000, async () => {
+    await page.keyboard.press("Escape");
+    await page.keyboard.press("Control+P");
+    await sleep(1000);
+    await page.keyboard.type(name);
+    const row = page.locator(".quick-input-list .monaco-list-row", { hasText: name });
+    try {
+      await row.first().waitFor({ timeout: 10_000 });
+    } catch {
+      return undefined;
+    }
+    await page.keyboard.press("Enter");
+    try {
+      await page.locator(".tab.active", { hasText: name }).first().waitFor({ timeout: 10_000 });
+      return true;
+    } catch {
+      return undefined;
+    }
+  });
+}
+
 describe("leir-lsp.vsix in code-server", () => {
   let server: ChildProcess | undefined;
   let browser: Browser | undefined;
@@ -62,6 +85,7 @@ describe("leir-lsp.vsix in code-server", () => {
     mkdirSync(SHOTS, { recursive: true });
     workspace = mkdtempSync(path.join(os.tmpdir(), "leir-ws-"));
     copyFileSync(path.join(ROOT, "examples", "matmul.leir"), path.join(workspace, "matmul.leir"));
+    copyFileSync(path.join(ROOT, "examples", "matmul.leir"), path.join(workspace, "matmul_optimize.leir"));
     const data = mkdtempSync(path.join(os.tmpdir(), "leir-code-server-"));
     const extensions = path.join(data, "extensions");
     mkdirSync(path.join(data, "User"), { recursive: true });
@@ -107,26 +131,7 @@ describe("leir-lsp.vsix in code-server", () => {
   });
 
   it("installs, hovers, lists code actions and applies one; the file is what leir apply makes", SLOW, async () => {
-    // Open the file with Quick Open, once the workbench has indexed the folder.
-    await until("matmul.leir to open", 180_000, async () => {
-      await page.keyboard.press("Escape");
-      await page.keyboard.press("Control+P");
-      await sleep(1000);
-      await page.keyboard.type("matmul.leir");
-      const row = page.locator(".quick-input-list .monaco-list-row", { hasText: "matmul.leir" });
-      try {
-        await row.first().waitFor({ timeout: 10_000 });
-      } catch {
-        return undefined;
-      }
-      await page.keyboard.press("Enter");
-      try {
-        await page.locator(".monaco-editor .view-lines").first().waitFor({ timeout: 10_000 });
-        return true;
-      } catch {
-        return undefined;
-      }
-    });
+    await openFile(page, "matmul.leir");
 
     // The language mode in the status bar is the extension's language.
     await until("the LEIR language mode", 60_000, async () =>
@@ -181,5 +186,38 @@ describe("leir-lsp.vsix in code-server", () => {
       encoding: "utf8",
     });
     assert.equal(saved, expected, `"${title}" in VS Code differs from leir apply; code-server log:\n${log.slice(-2000)}`);
+  });
+
+  it("optimizes two steps from the command palette and shows the trajectory view", SLOW, async () => {
+    await openFile(page, "matmul_optimize.leir");
+    await page.keyboard.press("F1");
+    await page.waitForSelector(".quick-input-widget input", { timeout: 30_000 });
+    await page.keyboard.type("LEIR: Optimize Kernel");
+    await page.locator(".quick-input-list .monaco-list-row", { hasText: "Optimize Kernel" }).first().waitFor({ timeout: 30_000 });
+    await page.keyboard.press("Enter");
+    // The input box asks how many steps.
+    await page.locator(".quick-input-widget", { hasText: "verified, measured steps" }).waitFor({ timeout: 30_000 });
+    await page.keyboard.press("Control+A");
+    await page.keyboard.type("2");
+    await page.keyboard.press("Enter");
+    // The trajectory view opens at once and fills in when the search ends.
+    const body = await until("the trajectory view to show the result", 480_000, async () => {
+      for (const frame of page.frames()) {
+        try {
+          const text = String(await frame.evaluate("document.body ? document.body.innerText : ''"));
+          if (text.includes("matmul_optimize.leir") && !text.includes("Optimizing…") && /→|No step/.test(text)) {
+            return text;
+          }
+        } catch {
+          // a frame that went away
+        }
+      }
+      return undefined;
+    });
+    assert.doesNotMatch(body, /Optimizing…/);
+    await page.screenshot({ path: path.join(SHOTS, "trajectory.png") });
+    // The status bar names the target and the device once something was measured.
+    const items = await page.locator(".statusbar-item").allInnerTexts();
+    assert.ok(items.some((t) => /llvm/.test(t)), `no status bar item names the target: ${items.join(" | ")}`);
   });
 });

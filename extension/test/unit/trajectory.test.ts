@@ -19,6 +19,9 @@ describe("trajectory", () => {
       latencyPoints(T).map((p) => [p.step, p.ms]),
       [[0, 10], [1, 1], [2, 0.1]],
     );
+    // A start measured apart from the first step's paired "before": the step's own figure is plotted.
+    assert.deepEqual(latencyPoints({ ...T, start_ms: 35 }).map((p) => p.ms), [10, 1, 0.1]);
+    assert.deepEqual(latencyPoints({ uri: "u", steps: [], start_ms: 35 }).map((p) => p.ms), [35]);
     const unmeasured: Trajectory = { uri: "u", steps: [{ id: "split" }, { id: "fuse", latency_after_ms: 3 }] };
     assert.deepEqual(latencyPoints(unmeasured).map((p) => p.step), [2]);
   });
@@ -47,6 +50,13 @@ describe("trajectory", () => {
     assert.match(html, /default-src 'none'/);
     assert.match(html, /<style nonce="abc123">/);
     assert.match(html, /10\.0 ms → 100 µs \(100\.00×\)/);
+  });
+
+  it("names the file, and says whether an empty trajectory is a finished search", () => {
+    const opts = { cspSource: "s", nonce: "n" };
+    assert.match(trajectoryHtml(T, opts), /<h1 title="file:\/\/\/w\/matmul\.leir">main — matmul\.leir<\/h1>/);
+    assert.match(trajectoryHtml({ uri: "file:///a%20b.leir", steps: [], done: true }, opts), /a b\.leir[\s\S]*No step made this kernel faster/);
+    assert.match(trajectoryHtml({ uri: "file:///a.leir", steps: [] }, opts), /No step applied yet/);
   });
 
   it("shows progress while optimize is still streaming steps", () => {
