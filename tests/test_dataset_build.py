@@ -224,3 +224,14 @@ def test_equivalence_feeds_both_programs_the_inputs_of_the_program_before(worklo
     comparisons, notes = _equivalence(_State(before, "", None), after)
     assert not notes and comparisons and all(c.ok for _, c in comparisons)
     assert verify(before, after).ok  # and leir.transforms.verify agrees
+
+
+def test_full_verification_builds_both_programs_with_tvm(tmp_path):
+    cfg = BuildConfig(workloads=str(EXAMPLES), out=str(tmp_path / "full"), variants=0, steps=1, budget=2,
+                      only=["softmax.leir"], cache_dir=str(tmp_path / "cache"), verify="full")
+    build(cfg, progress=False)
+    samples = list(read_samples(tmp_path / "full"))
+    assert len(samples) == 2
+    for s in samples:
+        records.validate(s)
+        assert s["verification"]["method"] == "tvm" and s["verified"], s["verification"]
