@@ -829,7 +829,7 @@ def candidates(spec: Spec, ctx: Context, at: int | None) -> list[Candidate]:
     signs = None
     for info in ctx.equations_at(at):
         if signs is None:
-            signs = tensor_signs(ctx.analysis)
+            signs = ctx.tensor_signs
         o = _outcome_of(spec, ctx, info, signs)
         if o.result is not None:
             block = ctx.block_names[info.index]
@@ -839,14 +839,14 @@ def candidates(spec: Spec, ctx: Context, at: int | None) -> list[Candidate]:
 
 def check(spec: Spec, ctx: Context, args: dict) -> None:
     info = ctx.equation_of_block(str_arg(args, "block", spec.id))
-    o = _outcome_of(spec, ctx, info, tensor_signs(ctx.analysis))
+    o = _outcome_of(spec, ctx, info, ctx.tensor_signs)
     if o.result is None:
         _raise(spec, ctx, info, o)
 
 
 def rewrite(spec: Spec, ctx: Context, args: dict) -> A.Program:
     info = ctx.equation_of_block(str_arg(args, "block", spec.id))
-    o = _outcome_of(spec, ctx, info, tensor_signs(ctx.analysis))
+    o = _outcome_of(spec, ctx, info, ctx.tensor_signs)
     if o.result is None:
         _raise(spec, ctx, info, o)
     _, put_back = value_slot(info)

@@ -225,6 +225,29 @@ class Context:
         """The arguments that name a loop: its first block and its variable."""
         return {"block": self.block_names[site.equations[0]], "loop": site.loop.var}
 
+    @cached_property
+    def child_sites(self) -> dict[int, list[LoopSite]]:
+        """id(loop) -> the loops directly inside it, in program order."""
+        out: dict[int, list[LoopSite]] = {}
+        for s in self.loop_sites:
+            if s.outer:
+                out.setdefault(id(s.outer[-1]), []).append(s)
+        return out
+
+    @cached_property
+    def nest_places(self) -> dict:
+        """Where every nest is (``operator_fusion.nest_places``), once per program."""
+        from leir.transforms.operator_fusion import nest_places
+
+        return nest_places(self.program)
+
+    @cached_property
+    def tensor_signs(self) -> dict[str, str]:
+        """Tensors provably positive or nonnegative (``algebra.tensor_signs``), once per program."""
+        from leir.transforms.algebra import tensor_signs
+
+        return tensor_signs(self.analysis)
+
     def loops_at(self, at: int | None) -> list[LoopSite]:
         """The loops a cursor position selects: the loop whose header holds
         it; else every loop enclosing it (innermost first); everything when

@@ -184,8 +184,17 @@ class Plan:
 def candidates(ctx: Context, at: int | None) -> list[Candidate]:
     out: list[Candidate] = []
     here = ctx.equations_at(at)
+    if not here:
+        return out
     infos = ctx.analysis.equations
-    keys = {info.index: _keyed(ctx, info) for info in infos}
+    chosen = {info.index for info in here}
+    # A subexpression reads at least one tensor, so two equations share one
+    # only if they read a common tensor: key only those (listing at the
+    # cursor must not walk every equation of a long file).
+    reads = {info.index: frozenset(n.tensor for n in A.walk(info.equation.rhs) if isinstance(n, A.Access))
+             for info in infos}
+    near = set().union(*(reads[c] for c in chosen))
+    keys = {info.index: _keyed(ctx, info) for info in infos if info.index in chosen or reads[info.index] & near}
     for info in here:
         block = ctx.block_names[info.index]
         for key, occs in keys[info.index].items():
@@ -195,8 +204,8 @@ def candidates(ctx: Context, at: int | None) -> list[Candidate]:
             if _plan_or_refusal(ctx, args)[1] is None:
                 out.append(Candidate(Step(ID, args), f"Compute {occs[0].text} once ({len(occs)} uses in {block})",
                                      occs[0].node.span or info.equation.span))
-    chosen = {info.index for info in here}
-    pairs = [(a, b) for a in infos for b in infos if a.index < b.index and (a.index in chosen or b.index in chosen)]
+    pairs = [(a, b) for a in infos for b in infos if a.index < b.index and a.index in keys and b.index in keys
+             and (a.index in chosen or b.index in chosen)]
     for a, b in pairs:
         common = {k: v for k, v in keys[a.index].items() if k in keys[b.index]}
         for key, occs in common.items():

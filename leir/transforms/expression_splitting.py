@@ -84,7 +84,7 @@ from leir.lower import equation_text
 from leir.printer import print_expr
 from leir.semantics import EquationInfo
 from leir.transforms.base import BadStep, Candidate, Context, NotApplicable, StaleStep, Step, str_arg
-from leir.transforms.operator_fusion import VECTOR_TEMPORARY_BUG, equations_under, nest_places, replace_items
+from leir.transforms.operator_fusion import VECTOR_TEMPORARY_BUG, equations_under, replace_items
 from leir.transforms.rewrite import fresh_name, item_at, names_in
 
 ID = "expression_splitting"
@@ -428,7 +428,7 @@ def placement(ctx: Context, info: EquationInfo, names: frozenset[str]) -> Placem
         return Placement(info, 0, tuple(equations_under(ctx, unit)), "unit", unit)
     last = loops[depth - 1]
     site = next(s for s in ctx.loop_sites if s.loop is last)
-    nest_path = nest_places(ctx.program)[id(site.nest)].path
+    nest_path = ctx.nest_places[id(site.nest)].path
     if site.position == len(site.nest.loops) - 1:
         item = nest_path + (info.site.path[len(nest_path)],)
         return Placement(info, depth, tuple(equations_under(ctx, item)), "body", item)

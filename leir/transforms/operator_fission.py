@@ -84,7 +84,6 @@ from leir.transforms.operator_fusion import (
     equations_under,
     fresh_loops,
     make_nest,
-    nest_places,
     order_conflict,
     replace_items,
 )
@@ -106,7 +105,7 @@ class DependenceViolated(NotApplicable):
 def candidates(ctx: Context, at: int | None) -> list[Candidate]:
     out: list[Candidate] = []
     seen: set[tuple[int, int]] = set()
-    places = nest_places(ctx.program)
+    places = ctx.nest_places
     for site in ctx.loops_at(at):
         key = (id(site.nest), site.position)
         if key in seen:
@@ -132,7 +131,7 @@ def _names(ctx: Context, path: tuple[int, ...], items) -> str:
 
 def _split_point(ctx: Context, site: LoopSite, block: str) -> int:
     info = ctx.equation_of_block(block)
-    path = nest_places(ctx.program)[id(site.nest)].path
+    path = ctx.nest_places[id(site.nest)].path
     return info.site.path[len(path)]
 
 
@@ -145,7 +144,7 @@ def check(ctx: Context, args: dict) -> None:
 
 def _refusal(ctx: Context, site: LoopSite, k: int) -> NotApplicable | None:
     nest = site.nest
-    place = nest_places(ctx.program)[id(nest)]
+    place = ctx.nest_places[id(nest)]
     if k == 0:
         first = equations_under(ctx, place.path + (0,))[0]
         name = ctx.block_names[first.index]
@@ -170,7 +169,7 @@ def rewrite(ctx: Context, args: dict) -> A.Program:
     site = loop_arg(ctx, args, ID)
     nest = site.nest
     k = _split_point(ctx, site, args["block"])
-    path = nest_places(ctx.program)[id(nest)].path
+    path = ctx.nest_places[id(nest)].path
     p = site.position
     repeated = nest.loops[p:]
     if p == 0:

@@ -137,7 +137,7 @@ class VectorizedTemporary(NotApplicable):
 
 def candidates(ctx: Context, at: int | None) -> list[Candidate]:
     wanted: list[tuple[A.Nest, int]] = []
-    places = nest_places(ctx.program)
+    places = ctx.nest_places
     for site in ctx.loops_at(at):
         wanted.append((site.nest, site.position + 1))
         if at is not None:
@@ -173,7 +173,7 @@ def check(ctx: Context, args: dict) -> None:
 def _refusal(ctx: Context, site: LoopSite) -> NotApplicable | None:
     first = site.nest
     depth = site.position + 1
-    place = nest_places(ctx.program)[id(first)]
+    place = ctx.nest_places[id(first)]
     second = sibling(ctx.program, place.path, 1)
     blocks = _blocks_text(ctx, place.path)
     if not isinstance(second, A.Nest) or not second.loops:
@@ -226,7 +226,7 @@ def rewrite(ctx: Context, args: dict) -> A.Program:
     site = loop_arg(ctx, args, ID)
     first = site.nest
     depth = site.position + 1
-    path = nest_places(ctx.program)[id(first)].path
+    path = ctx.nest_places[id(first)].path
     second = sibling(ctx.program, path, 1)
     assert isinstance(second, A.Nest)
     fused = fuse_nests(ctx.program, first, second, depth)

@@ -226,7 +226,7 @@ def pair_arg(ctx: Context, args: dict, step_id: str) -> tuple[LoopSite, LoopSite
 
 def child_loops(ctx: Context, site: LoopSite) -> list[LoopSite]:
     """The loops directly inside ``site``'s loop."""
-    return [s for s in ctx.loop_sites if s.outer and s.depth == site.depth + 1 and s.outer[-1] is site.loop]
+    return ctx.child_sites.get(id(site.loop), [])
 
 
 def only_child(ctx: Context, site: LoopSite) -> LoopSite | None:

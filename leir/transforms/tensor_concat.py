@@ -128,7 +128,6 @@ from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, St
 from leir.transforms.operator_fusion import (
     equations_under,
     fresh_loops,
-    nest_places,
     rename_vars,
     replace_items,
     sibling,
@@ -252,7 +251,7 @@ def _chain(nest: A.Nest) -> tuple[tuple[A.Loop, ...], A.Equation] | None:
 
 def _plan(ctx: Context, site: LoopSite) -> tuple[Merge | None, NotApplicable | None]:
     loop = site.loop
-    place = nest_places(ctx.program)[id(site.nest)]
+    place = ctx.nest_places[id(site.nest)]
     mine = equations_under(ctx, place.path)
     if len(mine) != 1:
         names = ", ".join(ctx.block_names[i.index] for i in mine)

@@ -96,7 +96,7 @@ from leir import ast as A
 from leir import value_types as VT
 from leir.semantics import EquationInfo
 from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, int_arg, loop_arg
-from leir.transforms.operator_fusion import fresh_loops, nest_places, replace_items, touches
+from leir.transforms.operator_fusion import fresh_loops, replace_items, touches
 from leir.transforms.rewrite import map_equation, substitute
 
 ID = "tensor_split"
@@ -215,7 +215,7 @@ def rewrite(ctx: Context, args: dict) -> A.Program:
     nest = site.nest
     loop = site.loop
     info = ctx.analysis.equations[site.equations[0]]
-    path = nest_places(ctx.program)[id(nest)].path
+    path = ctx.nest_places[id(nest)].path
     shift = {loop.var: A.Binary("+", A.Var(loop.var), A.Num(point, str(point)))}
 
     def halve(loops: tuple[A.Loop, ...], extent: int) -> tuple[A.Loop, ...]:
