@@ -693,6 +693,8 @@ def build(cfg: BuildConfig, engine=None, progress: bool = True) -> BuildSummary:
         if samples_path.exists() and samples_path.stat().st_size and "bytes" not in committed:
             raise DatasetError(f"{samples_path} has samples but {progress_path} does not say how many were "
                                f"committed; this directory cannot be resumed: choose another --out")
+        if not progress_path.exists():  # before the first sample, so that a kill at any point resumes
+            write_atomic(progress_path, json.dumps({"done": [], "states": {}, "bytes": 0}) + "\n")
         # Samples written after the last committed state (a state cut short
         # by a kill) are dropped: that state runs again.
         if samples_path.exists():
@@ -737,14 +739,17 @@ def _engine(cfg: BuildConfig):
                              repeat=cfg.repeat, min_run_ms=cfg.min_run_ms, vendor=False, seed=0)
 
 
-#: Trajectories advanced side by side: while the engine builds one's
-#: candidates, this process applies and verifies the others' steps.
+#: Trajectories advanced side by side (at least; twice the engine's workers
+#: when it has more, as through a tracker with many devices): while the
+#: engine builds and times one's candidates, this process applies and
+#: verifies the others' steps.
 WAVE = 4
 
 
 def _run(todo, cfg, engine, sink, existing, done, states, progress_path, counts, bar, log) -> None:
     queue = list(todo)
     active: list[dict] = []
+    wave = max(WAVE, 2 * getattr(engine, "workers", 1))
 
     def submit(analyses) -> list:
         futures = [engine.submit(a, repeat=cfg.repeat) for a in analyses]
@@ -752,7 +757,7 @@ def _run(todo, cfg, engine, sink, existing, done, states, progress_path, counts,
         return futures
 
     def start_next() -> None:
-        while queue and len(active) < WAVE:
+        while queue and len(active) < wave:
             variant, k, resume = queue.pop(0)
             job = {"tid": f"{variant.workload}/{variant.name}/t{k}", "variant": variant, "k": k, "gen": None,
                    "futures": [], "resume": resume}
