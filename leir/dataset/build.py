@@ -77,7 +77,8 @@ VARIANTS = "variants.jsonl"
 LOG = "build.log"
 
 #: Settings that change what a build produces; a resumed build must match them.
-_IDENTITY = ("variants", "steps", "budget", "target", "seed", "trajectories", "explore", "verify", "workloads_list")
+_IDENTITY = ("variants", "steps", "budget", "target", "seed", "trajectories", "explore", "verify", "repeat",
+             "min_run_ms", "workloads_list")
 
 
 class DatasetError(LeirError):
