@@ -424,7 +424,7 @@ def rank(analysis: Analysis, target: str = "llvm") -> list[Ranked]:
     from leir import transforms
     from leir.transforms.base import Context
 
-    ctx = Context(analysis)
+    ctx = Context.of(analysis)
     only = tuple(i for i in SEARCHED if target == "cuda" or i != "bind")
     ranked = []
     for c in transforms.candidates(ctx, None, only=only):
@@ -448,7 +448,7 @@ def _iterations(info: EquationInfo) -> int:
 def _share(ctx, step) -> float:
     """The fraction of the program's loop iterations spent in the equations
     the step's block or loop encloses (a step on a small nest matters less)."""
-    total = sum(_iterations(i) for i in ctx.analysis.equations) or 1
+    total = ctx.memo("total_iterations", lambda: sum(_iterations(i) for i in ctx.analysis.equations) or 1)
     args = step.args
     if "block" not in args:
         return 1.0

@@ -363,7 +363,7 @@ def _leir_suggestions(doc, at: int | None, target: str, measured: MeasuredLookup
     if not doc.ok:
         return []
     analysis = doc.analysis
-    ctx = Context(analysis)
+    ctx = Context.of(analysis)
     candidates = transforms.candidates(ctx, at, only=only)
     if not candidates:
         return []

@@ -410,7 +410,7 @@ class LoopFacts:
 def _context(analysis: Analysis):
     from leir.transforms.base import Context
 
-    return Context(analysis)
+    return Context.of(analysis)
 
 
 def _find_site(ctx, *, at: int | None = None, block: str | None = None, var: str | None = None):

@@ -152,7 +152,7 @@ def _context(program_or_ctx, name: str = "main") -> Context:
     if isinstance(program_or_ctx, Context):
         return program_or_ctx
     if isinstance(program_or_ctx, Analysis):
-        return Context(program_or_ctx, name)
+        return Context.of(program_or_ctx, name)
     if isinstance(program_or_ctx, A.Program):
         return Context(analyze(program_or_ctx), name)
     raise TypeError(f"expected a Program, Analysis or Context, got {type(program_or_ctx).__name__}")

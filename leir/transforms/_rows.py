@@ -295,6 +295,13 @@ class Softmax:
     sum_index: tuple[A.Expr, ...]
 
 
+def is_sum_of_exp(info: EquationInfo) -> bool:
+    """Whether ``sum_of_exp_parts`` accepts ``info`` (without building the
+    refusal's message: listings ask this of every equation)."""
+    return (info.combiner == "sum" and info.kind != "assign" and info.operand is not None
+            and exp_minus(info.operand) is not None)
+
+
 def sum_of_exp_parts(info: EquationInfo) -> tuple[A.Expr, A.Access]:
     eq = info.equation
     parts = exp_minus(info.operand) if info.operand is not None else None

@@ -380,8 +380,10 @@ def candidates(ctx: Context, at: int | None) -> list[Candidate]:
     chosen = R.selected(ctx, at)
     out = []
     for info in ctx.analysis.equations:
-        if info.combiner != "sum":
+        if info.combiner != "sum" or info.kind == "assign" or info.operand is None:
             continue
+        if _softmax_factors(ctx, *_factors(info.operand)) is None:
+            continue  # what match refuses first, without building its message
         try:
             att = match(ctx, info)
         except R.Refusal:

@@ -13,6 +13,7 @@ written tensor's name, then ``_1``, ``_2``... for later writes of it.
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Iterator
@@ -153,12 +154,41 @@ class LoopSite:
         return len(self.outer)
 
 
+#: Contexts kept by ``Context.of`` (a few documents' current versions).
+_RECENT_CONTEXTS = 4
+_RECENT: list["Context"] = []
+_RECENT_LOCK = threading.Lock()
+
+
 @dataclass
 class Context:
     """A program as transformations see it."""
 
     analysis: Analysis
     name: str = "main"
+
+    @classmethod
+    def of(cls, analysis: Analysis, name: str = "main") -> "Context":
+        """The Context of ``analysis``, shared with the last few callers that
+        asked for the same analysis object: hover, the code-action menu and
+        the explanation of a loop on one document version then compute the
+        program's loop sites, block names and nest places once."""
+        with _RECENT_LOCK:
+            for ctx in _RECENT:
+                if ctx.analysis is analysis and ctx.name == name:
+                    return ctx
+            ctx = cls(analysis, name)
+            _RECENT.insert(0, ctx)
+            del _RECENT[_RECENT_CONTEXTS:]
+            return ctx
+
+    def memo(self, key: Any, compute):
+        """``compute()``, once per Context and ``key``: a whole-program fact
+        a transformation's listing needs at every cursor position."""
+        memo = self.__dict__.setdefault("_memo", {})
+        if key not in memo:
+            memo[key] = compute()
+        return memo[key]
 
     @property
     def program(self) -> A.Program:

@@ -181,7 +181,7 @@ def candidates(ctx: Context, at: int | None) -> list[Candidate]:
     chosen = R.selected(ctx, at)
     out = []
     for info in ctx.analysis.equations:
-        if info.combiner != "sum":
+        if not R.is_sum_of_exp(info):
             continue
         try:
             sm = match(ctx, info)
