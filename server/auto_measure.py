@@ -47,7 +47,7 @@ def schedule(server, uri: str) -> None:
     """Measure ``uri``'s current version and its top suggestions (replacing
     any run for an older version)."""
     cancel(server, uri)
-    if not server.session.settings.auto_measure:
+    if not server.session.settings.auto_measure or not server.session.trusted:
         return
     _tasks(server)[uri] = asyncio.get_running_loop().create_task(_run(server, uri))
 

@@ -18,7 +18,7 @@ from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
 from leir_server import trajectory
-from leir_server.workers import InvalidParams, RequestFailed, workers_of
+from leir_server.workers import InvalidParams, RequestFailed, require_trust, workers_of
 
 
 def parse_data(data: Any) -> tuple[str, int | None, str | None, dict]:
@@ -108,6 +108,7 @@ async def handle(server: LanguageServer, action: types.CodeAction) -> types.Code
     from leir.jobs import Failure, apply_step
 
     uri, version, kernel, step = parse_data(action.data)
+    require_trust(server, "applying a step (it is verified by running it)")
     session = server.session
     trajectory.confirm(server, uri)
     if not session.is_current(uri, version):

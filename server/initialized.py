@@ -13,7 +13,7 @@ import logging
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
-from leir_server import configuration
+from leir_server import configuration, warm_up
 
 logger = logging.getLogger(__name__)
 
@@ -22,5 +22,6 @@ async def handle(server: LanguageServer, params: types.InitializedParams) -> Non
     message = f"{server.name} {server.version} ready"
     logger.info(message)
     server.window_log_message(types.LogMessageParams(type=types.MessageType.Info, message=message))
+    warm_up.start()
     if configuration.client_can_pull(server):
         await configuration.pull(server)

@@ -22,6 +22,7 @@ from pygls.lsp.server import LanguageServer
 
 from leir_server import (
     code_action_resolve,
+    initialize,
     initialized,
     shutdown,
     text_document_code_action,
@@ -45,6 +46,7 @@ SERVER_NAME = "leir-lsp"
 
 #: LSP method -> the module that handles it, in the order they are registered.
 HANDLERS: dict[str, ModuleType] = {
+    types.INITIALIZE: initialize,
     types.INITIALIZED: initialized,
     types.SHUTDOWN: shutdown,
     types.WORKSPACE_DID_CHANGE_CONFIGURATION: workspace_did_change_configuration,

@@ -255,6 +255,11 @@ class Session:
 
     server: "LanguageServer"
     settings: Settings = field(default_factory=Settings)
+    #: False when the client says the workspace is not trusted
+    #: (``initializationOptions.trusted``): then nothing is compiled or run
+    #: (no verification, measurement or search); parsing, checks, hover and
+    #: conversion still work.
+    trusted: bool = True
     #: Language of each open document, from didOpen's languageId.
     languages: dict[str, str] = field(default_factory=dict)
     #: (uri, kernel or "") -> the steps applied through this server, in

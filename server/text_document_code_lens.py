@@ -54,8 +54,11 @@ async def handle(server: LanguageServer, params: types.CodeLensParams) -> list[t
         else:
             title = "measure"
         steps = len(server.session.trajectory(snapshot.uri, kernel))
-        for text, command in ((title, "leir.measure"), ("optimize…", "leir.optimize"),
-                              (f"{steps} step{'' if steps == 1 else 's'} applied", "leir.showTrajectory")):
+        shown = ((title, "leir.measure"), ("optimize…", "leir.optimize"),
+                 (f"{steps} step{'' if steps == 1 else 's'} applied", "leir.showTrajectory"))
+        if not server.session.trusted:  # measuring and optimizing run kernels
+            shown = shown[2:]
+        for text, command in shown:
             lenses.append(types.CodeLens(range=rng, command=types.Command(title=text, command=command,
                                                                           arguments=args)))
     return lenses

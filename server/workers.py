@@ -207,6 +207,13 @@ class Workers:
             self.closed = True
 
 
+def require_trust(server, what: str) -> None:
+    """Refuse work that compiles and runs kernels in an untrusted workspace."""
+    if not server.session.trusted:
+        raise RequestFailed(f"{what} is off in an untrusted workspace: it compiles and runs the kernel; "
+                            f"trust the workspace to enable it")
+
+
 def workers_of(server) -> Workers:
     """The server's ``Workers``, created on first use."""
     workers = getattr(server, "_leir_workers", None)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 
-from leir_server.workers import RequestFailed, workers_of
+from leir_server.workers import RequestFailed, require_trust, workers_of
 
 
 async def program_of(server, call, snapshot, kernel: str | None):
@@ -44,6 +44,7 @@ def status(server, measuring: bool, uri: str | None = None, latency_ms: float | 
 
 
 async def run(server, call) -> dict:
+    require_trust(server, "measuring")
     snapshot = call.snapshot(server)
     kernel = call.string("kernel")
     if snapshot.language == "leir" and kernel is not None:

@@ -29,7 +29,7 @@ from lsprotocol import types
 from leir_server import trajectory
 from leir_server.code_action_resolve import minimal_edit, versioned_edit
 from leir_server.commands.measure import status
-from leir_server.workers import OptimizeRun, RequestFailed, workers_of
+from leir_server.workers import OptimizeRun, RequestFailed, require_trust, workers_of
 
 #: Most steps one call may ask for.
 MAX_STEPS = 50
@@ -58,6 +58,7 @@ async def run(server, call) -> dict:
     from leir.jobs import Failure
     from leir.optimize import STRATEGIES
 
+    require_trust(server, "optimizing")
     snapshot = call.snapshot(server)
     kernel = call.string("kernel")
     if snapshot.language == "leir" and kernel is not None:

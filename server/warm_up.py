@@ -1,0 +1,50 @@
+"""Import what the first requests need, in the background, once the client
+is told the server is ready.
+
+``initialize`` is answered before any of this loads (the reply must come
+in well under a second), but the first hover or code-action menu would
+otherwise pay for importing the transformations and SymPy (half a second
+to seconds on a loaded machine). A daemon thread imports them while the
+editor is still opening its first document; a request that needs a module
+being imported waits for that import only. TVM is not imported here: only
+Python documents with kernels need it in this process, and they load it
+when one is opened.
+
+Then ``gc.freeze()``: the hundreds of thousands of objects those imports
+create live as long as the server, and a frozen heap is not walked again
+by every full collection (pauses an editor user would feel as latency).
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import logging
+import threading
+
+logger = logging.getLogger(__name__)
+
+#: In the order the first requests use them.
+MODULES = ("leir.document", "leir.outline", "leir.transforms", "leir.suggest", "leir.explain", "sympy")
+
+
+def _warm_up() -> None:
+    for name in MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # a broken optional import must not stop the server
+            logger.warning("warm-up: importing %s failed: %s", name, e)
+    try:
+        from leir.transforms import algebra
+
+        algebra.sympy_module()
+    except Exception as e:
+        logger.warning("warm-up: preparing SymPy failed: %s", e)
+    gc.freeze()
+    logger.info("warm-up done: %d objects frozen", gc.get_freeze_count())
+
+
+def start() -> threading.Thread:
+    thread = threading.Thread(target=_warm_up, name="leir-warm-up", daemon=True)
+    thread.start()
+    return thread
