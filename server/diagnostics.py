@@ -31,8 +31,13 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Quiet time after the last change before a document is checked.
-DEBOUNCE_S = 0.2
+#: Quiet time after the last change before a document is checked: long
+#: enough to make one check of a burst (a paste, a multi-cursor edit, an
+#: editor's change storm), short enough that the diagnostics of a pause in
+#: typing arrive within the 100 ms an edit should take to show its errors.
+#: Checks that keep up with fast typing need no longer wait: they run in
+#: their own thread, and a check overtaken by a newer change is dropped.
+DEBOUNCE_S = 0.05
 #: Most diagnostics published for one document. Past this (a binary file
 #: opened by mistake has one per stray byte) an editor only slows down; the
 #: last published diagnostic says how many were left out.
