@@ -76,10 +76,23 @@ def test_a_call_as_long_as_a_run_is_calibrated_once():
     assert number == 1 and module.evaluators == [(1, 1), (1, 3)]
 
 
+def test_time_callable_is_not_fooled_by_one_slow_first_call(monkeypatch):
+    clock = {"now": 0.0, "calls": 0}
+
+    def call():  # the first call takes 20 ms (a thread pool starting), later ones 1 ms
+        clock["calls"] += 1
+        clock["now"] += 0.020 if clock["calls"] == 1 else 0.001
+
+    monkeypatch.setattr(T.time, "perf_counter", lambda: clock["now"])
+    seconds, number = T.time_callable(call, repeat=2, min_run_ms=10)
+    assert number == 10 and seconds == pytest.approx([0.001, 0.001])
+
+
 def test_time_callable_times_each_run_for_at_least_the_minimum():
     calls = []
     seconds, number = T.time_callable(lambda: calls.append(1), repeat=3, min_run_ms=1.0)
-    assert len(seconds) == 3 and number >= 1 and len(calls) == 1 + 3 * number
+    # Three calibration calls (each far shorter than a run), then the runs.
+    assert len(seconds) == 3 and number >= 1 and len(calls) == 3 + 3 * number
 
 
 # ------------------------------------------------------------ cost and roofline
