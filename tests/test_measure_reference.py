@@ -70,8 +70,15 @@ def test_one_slow_calibration_call_does_not_shorten_the_runs():
     assert seconds == [0.001] * 3
 
 
-def test_a_call_as_long_as_a_run_is_calibrated_once():
-    module = ScriptedModule([0.05] + [0.05] * 3)
+def test_one_interrupted_call_longer_than_a_run_does_not_make_runs_of_one_call():
+    # 12 ms for a 1 ms kernel: alone it would give runs of a single call.
+    module = ScriptedModule([0.012, 0.001, 0.0011] + [0.001] * 3)
+    _, number = T.time_module(module, None, [], repeat=3, min_run_ms=10)
+    assert number == 10 and module.evaluators == [(1, 1), (1, 2), (10, 3)]
+
+
+def test_a_slow_kernel_is_calibrated_once():
+    module = ScriptedModule([0.2] + [0.2] * 3)
     _, number = T.time_module(module, None, [], repeat=3, min_run_ms=10)
     assert number == 1 and module.evaluators == [(1, 1), (1, 3)]
 

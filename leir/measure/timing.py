@@ -2,8 +2,8 @@
 
 A measurement is ``repeat`` runs of ``number`` back-to-back calls each (TVM's
 ``time_evaluator``); a run's value is its duration divided by ``number``.
-``number`` is chosen from calibration calls (the fastest of three, when one
-is shorter than a run) so that a run lasts at least ``min_run_ms`` (10 ms by
+``number`` is chosen from calibration calls (the fastest of three, unless the
+first takes 100 ms or more) so that a run lasts at least ``min_run_ms`` (10 ms by
 default): shorter runs are dominated by timer
 resolution and call overhead. The latency reported is the median of the runs,
 which one preempted run cannot move; min, max and the spread say how noisy
@@ -26,8 +26,10 @@ DEFAULT_REPEAT = 7
 #: A run shorter than this is mostly timer resolution and call overhead.
 DEFAULT_MIN_RUN_MS = 10.0
 #: Single calls timed to choose the calls per run (the fastest counts), when
-#: the first is shorter than a run.
+#: the first is shorter than ``CALIBRATION_LIMIT_S`` (two more calls of a
+#: kernel slower than that cost more than one interruption could distort).
 CALIBRATION_CALLS = 3
+CALIBRATION_LIMIT_S = 0.1
 #: Upper bound on calls per run, so that a kernel the calibration measured as
 #: "free" (a few nanoseconds) does not run for minutes.
 MAX_CALLS_PER_RUN = 1_000_000
@@ -76,10 +78,10 @@ def time_module(module, device, args: Sequence, *, repeat: int = DEFAULT_REPEAT,
     seconds of each run and the calls per run."""
     calibrate = module.time_evaluator(function, device, number=1, repeat=1, min_repeat_ms=0)
     single = calibrate(*args).results[0]
-    if single * 1e3 < min_run_ms:
+    if single < CALIBRATION_LIMIT_S:
         # One call interrupted by the scheduler looks several times slower and
-        # would make every run too short (on a loaded machine, one call in a
-        # few is); the fastest of three is the kernel's.
+        # would make every run too short, down to one call (on a loaded
+        # machine, one call in a few is); the fastest of three is the kernel's.
         again = module.time_evaluator(function, device, number=1, repeat=CALIBRATION_CALLS - 1, min_repeat_ms=0)
         single = min([single, *again(*args).results])
     number = calls_per_run(single, min_run_ms)
@@ -101,7 +103,7 @@ def time_callable(fn: Callable[[], object], *, repeat: int = DEFAULT_REPEAT,
         return (time.perf_counter() - start) / n
 
     single = one_run(1)
-    if single * 1e3 < min_run_ms:  # as in ``time_module``: the fastest of three calls
+    if single < CALIBRATION_LIMIT_S:  # as in ``time_module``: the fastest of three calls
         single = min([single] + [one_run(1) for _ in range(CALIBRATION_CALLS - 1)])
     number = calls_per_run(single, min_run_ms)
     return [one_run(number) for _ in range(repeat)], number
