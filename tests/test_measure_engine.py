@@ -94,6 +94,15 @@ def test_the_vendor_reference_is_the_workloads(engine):
     assert m.error is None and m.vendor.kind == "blas-contraction"
 
 
+def test_workers_run_kernels_on_the_threads_the_device_name_says(engine):
+    # TVM's default would be half the CPUs (one on two vCPUs), pinned to CPU 0.
+    from leir.measure.device import kernel_threads
+
+    assert engine.wait_ready(120)
+    assert engine.device.endswith(f"({kernel_threads()} thread{'' if kernel_threads() == 1 else 's'})")
+    assert [w.info["threads"] for w in engine._pool] == [kernel_threads()] * engine.workers
+
+
 def test_a_program_with_errors_is_refused_at_submit(engine):
     with pytest.raises(LeirError, match="the program has errors"):
         engine.submit("L^{4}_{i} [ Y_{i} = X_{j}; ];")

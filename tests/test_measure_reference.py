@@ -156,11 +156,15 @@ def test_measuring_the_cpu_peaks_gives_plausible_figures():
     assert "numpy" in peaks.library and "matmul" in peaks.method
 
 
-def test_the_cpu_name_says_how_many_cpus_kernels_may_use(monkeypatch):
+def test_the_cpu_name_says_how_many_threads_kernels_run_on(monkeypatch):
+    import os
+
     monkeypatch.delenv("TVM_NUM_THREADS", raising=False)
-    assert D.cpu_name().endswith(" CPUs)")
+    cpus = len(os.sched_getaffinity(0))
+    assert D.kernel_threads() == cpus
+    assert D.cpu_name().endswith(f"({cpus} thread{'' if cpus == 1 else 's'})")
     monkeypatch.setenv("TVM_NUM_THREADS", "1")
-    assert D.cpu_name().endswith("(1 thread)")
+    assert D.cpu_name().endswith("(1 thread)") and D.kernel_threads() == 1
 
 
 # ------------------------------------------------------------ vendor references

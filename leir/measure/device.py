@@ -2,8 +2,8 @@
 against them (a roofline).
 
 **Device names** are computed without TVM, since they are part of the cache
-key: the CPU's model name and the number of CPUs the process may use (or
-``TVM_NUM_THREADS``), the GPU's name from ``nvidia-smi``, or ``rpc:<key>``
+key: the CPU's model name and the threads kernels run on (``kernel_threads``:
+``TVM_NUM_THREADS``, else the CPUs the process may use), the GPU's name from ``nvidia-smi``, or ``rpc:<key>``
 for the devices a tracker pools under one key (TVM's convention: one key, one
 kind of device).
 
@@ -53,12 +53,22 @@ PEAKS_FILE = "device-peaks.json"
 
 
 def cpu_name() -> str:
-    """``AMD EPYC (2 CPUs)``: the model and how many CPUs kernels may use."""
-    model = _cpu_model()
+    """``AMD EPYC (2 threads)``: the model and the threads kernels run on."""
+    threads = kernel_threads()
+    return f"{_cpu_model()} ({threads} thread{'' if threads == 1 else 's'})"
+
+
+def kernel_threads() -> int:
+    """The threads a CPU kernel runs on: ``TVM_NUM_THREADS`` when set, else
+    every CPU this process may use. TVM's own default is half the hardware
+    threads (it assumes hyperthreading) and it pins the process to the CPUs
+    it uses: on a 2-vCPU machine, one thread on CPU 0, so a parallel loop
+    gained nothing. The measurement worker sets ``TVM_NUM_THREADS`` to this
+    before TVM starts its thread pool."""
     threads = os.environ.get("TVM_NUM_THREADS", "").strip()
-    if threads.isdigit():
-        return f"{model} ({threads} thread{'' if threads == '1' else 's'})"
-    return f"{model} ({_usable_cpus()} CPUs)"
+    if threads.isdigit() and int(threads) > 0:
+        return int(threads)
+    return _usable_cpus()
 
 
 @functools.lru_cache(maxsize=1)

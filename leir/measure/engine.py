@@ -62,7 +62,8 @@ from leir import ast as A
 from leir.errors import LeirError
 from leir.measure import worker as worker_module
 from leir.measure.cache import MeasurementCache
-from leir.measure.device import DevicePeaks, ProgramCost, cpu_name, gpu_name, load_peaks, program_cost, roofline_ms
+from leir.measure.device import (DevicePeaks, ProgramCost, cpu_name, gpu_name, kernel_threads, load_peaks, program_cost,
+                                 roofline_ms)
 from leir.measure.key import default_toolchain, measurement_key, workload_key
 from leir.measure.measurement import Measurement, PairedMeasurement, VendorResult, failure
 from leir.measure.rpc import RPC, RPCError, servers_for, tracker_summary
@@ -173,6 +174,8 @@ class _Worker:
     killed_for: str | None = None
     ready_at: float | None = None
     started_at: float = field(default_factory=time.monotonic)
+    #: What it said when ready: pid, TVM version, TVM's thread count.
+    info: dict = field(default_factory=dict)
 
 
 class MeasurementEngine:
@@ -566,6 +569,8 @@ class MeasurementEngine:
             "rpc": None if self.rpc is None else {f: getattr(self.rpc, f) for f in self.rpc.__dataclass_fields__},
             "memory_cap": self.memory_cap,
             "library_dir": self._library_dir,
+            # The threads the device name promises (local CPU only).
+            "threads": kernel_threads() if self.rpc is None and self.target == "llvm" else None,
         }
         process = ctx.Process(target=worker_module.main, args=(child_conn, config), name="leir-measure-worker",
                               daemon=True)
@@ -594,6 +599,7 @@ class MeasurementEngine:
         kind = message[0]
         if kind == "ready":
             w.state, w.phase, w.deadline, w.ready_at = "idle", "idle", None, time.monotonic()
+            w.info = message[1]
             self._startup_failures = 0
         elif kind == "fatal":
             self._last_startup_error = message[1]

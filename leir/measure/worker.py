@@ -78,6 +78,10 @@ class _Built:
 def main(conn, config: dict) -> None:
     """The worker's loop (the target of the engine's ``Process``)."""
     os.dup2(2, 1)  # stdout may be the language server's protocol stream: TVM's prints go to stderr
+    if config.get("threads"):
+        # Before TVM starts its thread pool (at the first kernel): its default
+        # is half the CPUs, pinned (see ``device.kernel_threads``).
+        os.environ["TVM_NUM_THREADS"] = str(config["threads"])
     _limit_memory(config)
     try:
         runner = _Runner(config)
@@ -193,7 +197,8 @@ class _Runner:
     def describe(self) -> dict:
         import tvm
 
-        return {"pid": os.getpid(), "tvm": tvm.__version__}
+        threads = tvm.get_global_func("runtime.NumThreads", allow_missing=True)
+        return {"pid": os.getpid(), "tvm": tvm.__version__, "threads": threads() if threads else None}
 
     # ------------------------------------------------------------ build
 
