@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from leir.errors import LeirError
+from leir.files import write_atomic  # noqa: F401 - also leir.cli.write_atomic for callers
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1  # the input has errors (check, run mismatch)
@@ -208,26 +209,6 @@ def cmd_fmt(args) -> int:
     else:
         sys.stdout.write(out)
     return EXIT_OK
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Replace a file's contents all at once: a crash leaves the old file."""
-    directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        try:
-            os.chmod(tmp, path.stat().st_mode & 0o7777)
-        except FileNotFoundError:
-            pass
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 # ----------------------------------------------------------------- convert

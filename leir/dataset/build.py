@@ -59,7 +59,6 @@ import os
 import random
 import signal
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -69,6 +68,7 @@ from typing import Callable, Iterator
 from leir.dataset import records
 from leir.dataset.variants import Variant, load_references, workload_variants
 from leir.errors import LeirError
+from leir.files import write_atomic
 
 SAMPLES = "samples.jsonl"
 PROGRESS = "progress.json"
@@ -158,29 +158,6 @@ class BuildSummary:
 
 
 # ------------------------------------------------------------ files
-
-
-def write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide a dataset from its readers
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def read_samples(out: Path) -> Iterator[dict]:
@@ -642,7 +619,7 @@ def _load_variants(cfg: BuildConfig, out: Path, log: Callable[[str], None]) -> l
         found += workload_variants(Path(cfg.workloads) / name, cfg.variants, cfg.seed, references, cfg.target, log)
     rows = [json.dumps({"workload": v.workload, "name": v.name, "sizes": {str(a): b for a, b in v.sizes.items()},
                         "program": _text(v.analysis)}) for v in found]
-    write_atomic(path, "".join(r + "\n" for r in rows))
+    write_atomic(path, "".join(r + "\n" for r in rows), durable=True)
     return found
 
 
@@ -678,7 +655,7 @@ def build(cfg: BuildConfig, engine=None, progress: bool = True) -> BuildSummary:
             raise DatasetError(f"{out} was built with other settings ({', '.join(diff)}); "
                                f"resume with the same ones or choose another --out")
     else:
-        write_atomic(config_path, json.dumps(wanted, indent=1) + "\n")
+        write_atomic(config_path, json.dumps(wanted, indent=1) + "\n", durable=True)
 
     log_file = open(out / LOG, "a", encoding="utf-8")
     skipped: list[str] = []
@@ -698,7 +675,7 @@ def build(cfg: BuildConfig, engine=None, progress: bool = True) -> BuildSummary:
             raise DatasetError(f"{samples_path} has samples but {progress_path} does not say how many were "
                                f"committed; this directory cannot be resumed: choose another --out")
         if not progress_path.exists():  # before the first sample, so that a kill at any point resumes
-            write_atomic(progress_path, json.dumps({"done": [], "states": {}, "bytes": 0}) + "\n")
+            write_atomic(progress_path, json.dumps({"done": [], "states": {}, "bytes": 0}) + "\n", durable=True)
         # Samples written after the last committed state (a state cut short
         # by a kill) are dropped: that state runs again.
         if samples_path.exists():
@@ -773,7 +750,7 @@ def _run(todo, cfg, engine, sink, existing, done, states, progress_path, counts,
         sink.flush()
         os.fsync(sink.fileno())
         write_atomic(progress_path, json.dumps({"done": sorted(done), "states": dict(sorted(states.items())),
-                                                "bytes": sink.tell()}, indent=0) + "\n")
+                                                "bytes": sink.tell()}, indent=0) + "\n", durable=True)
 
     start_next()
     while active:

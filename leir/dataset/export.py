@@ -40,7 +40,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from leir.dataset.build import DatasetError, read_samples, write_atomic
+from leir.dataset.build import DatasetError, read_samples
+from leir.files import write_atomic
 
 SPLITS = ("train", "validation", "test", "heldout")
 #: Step-TP caps each common strategy at 2,000 samples and the algebraic ones far lower.

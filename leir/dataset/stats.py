@@ -196,6 +196,6 @@ def format_stats(stats: dict) -> str:
 
 
 def write_stats(stats: dict, path: Path) -> None:
-    from leir.dataset.build import write_atomic
+    from leir.files import write_atomic
 
     write_atomic(path, json.dumps(stats, indent=1) + "\n")

@@ -38,12 +38,12 @@ import json
 import os
 import re
 import subprocess
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from leir import ast as A
+from leir.files import write_atomic
 from leir.semantics import Analysis
 
 PEAKS_FILE = "device-peaks.json"
@@ -180,15 +180,7 @@ def save_peaks(peaks: DevicePeaks, directory: str | os.PathLike | None = None) -
     path.parent.mkdir(parents=True, exist_ok=True)
     data = _read_peaks(path)
     data[peaks.device] = asdict(peaks)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True))
     return path
 
 

@@ -1,0 +1,44 @@
+"""Writing files so that a crash, a full disk or a kill never leaves half of
+one: the new text goes to a temporary file beside the target, which then
+replaces it in one ``os.replace``."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_atomic(path: str | os.PathLike, text: str, *, durable: bool = False) -> None:
+    """Replace ``path``'s contents with ``text`` (UTF-8, newlines as given)
+    all at once. A file that existed keeps its permissions; a new one gets
+    the usual ``0666 & ~umask`` (mkstemp's 0600 would hide it from other
+    users). ``durable``: fsync before the rename, for records a build resumes
+    from after a power cut."""
+    path = Path(path)
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        try:
+            mode = path.stat().st_mode & 0o7777
+        except FileNotFoundError:
+            mode = 0o666 & ~_umask()
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
