@@ -373,6 +373,14 @@ def _site_of(side: _Side, block: str | None, var: str | None):
         return None
 
 
+def _step_loop(before: _Side, after: _Side, step):
+    """(block, loop variable, the loop's site after the step, else before)
+    of a step on one loop; None when the loop is in neither program."""
+    block, var = step.args.get("block"), step.args.get("loop")
+    site = _site_of(after, block, var) or _site_of(before, block, var)
+    return None if site is None else (block, var, site)
+
+
 # ------------------------------------------------------------------ families
 
 
@@ -486,11 +494,10 @@ def _fuse(w: _Writer, before: _Side, after: _Side, step) -> None:
 
 
 def _parallelize(w: _Writer, before: _Side, after: _Side, step) -> None:
-    args = step.args
-    block, var = args.get("block"), args.get("loop")
-    site = _site_of(after, block, var) or _site_of(before, block, var)
-    if site is None:
+    found = _step_loop(before, after, step)
+    if found is None:
         return
+    block, var, site = found
     loop = site.loop
     inner_iters = sum(_iterations(after.analysis.equations[k].loops[site.depth + 1:]) for k in site.equations)
     info = after.info(block)
@@ -523,11 +530,10 @@ def _parallelize(w: _Writer, before: _Side, after: _Side, step) -> None:
 
 
 def _vectorize(w: _Writer, before: _Side, after: _Side, step) -> None:
-    args = step.args
-    block, var = args.get("block"), args.get("loop")
-    site = _site_of(after, block, var) or _site_of(before, block, var)
-    if site is None:
+    found = _step_loop(before, after, step)
+    if found is None:
         return
+    block, var, site = found
     loop = site.loop
     lanes = loop.extent
     widths = []
@@ -573,11 +579,10 @@ def _vectorize(w: _Writer, before: _Side, after: _Side, step) -> None:
 
 
 def _unroll(w: _Writer, before: _Side, after: _Side, step) -> None:
-    args = step.args
-    block, var = args.get("block"), args.get("loop")
-    site = _site_of(after, block, var) or _site_of(before, block, var)
-    if site is None:
+    found = _step_loop(before, after, step)
+    if found is None:
         return
+    block, var, site = found
     loop = site.loop
     instances = sum(_iterations(after.analysis.equations[k].loops[site.depth:]) for k in site.equations)
     inner = [l.var for l in _nest_loops(site.nest)][site.position + 1:] if site.nest is not None else []
