@@ -16,17 +16,9 @@ from leir.printer import print_program
 from leir.suggest import StepOutcomes, program_digest, tvmscript_namespace
 from leir.transforms import Step
 from leir.transforms.verify import Verification
+from programs import SPLIT_I, TRANSPOSE
 
 pytestmark = pytest.mark.slow  # applying a step builds and runs both programs
-
-TRANSPOSE = """\
-# Y = X.T
-L^{32}_{i}
-  L^{16}_{j} [
-    Y_{i,j} = X_{j,i};
-  ];
-"""
-SPLIT_I = {"id": "split", "args": {"block": "Y", "loop": "i", "factors": [4, 8]}}
 
 
 @pytest.fixture(autouse=True)

@@ -15,20 +15,9 @@ from pygls.exceptions import JsonRpcException
 
 from leir_server.suggestions import latency_text
 from lsp_fixtures import LeirClient, marked, show
+from programs import SPLIT_I, TRANSPOSE
 
 pytestmark = pytest.mark.slow  # resolve builds and runs kernels to verify them
-
-# A small transpose: quick to build and verify on a loaded machine.
-TRANSPOSE = """\
-# Y = X.T
-L^{32}_{i}
-  L^{16}_{j} [
-    Y_{i,j} = X_{j,i};
-  ];
-"""
-
-SPLIT_I = {"id": "split", "args": {"block": "Y", "loop": "i", "factors": [4, 8]}}
-
 
 @pytest.fixture(autouse=True)
 def own_cache(tmp_path, monkeypatch):

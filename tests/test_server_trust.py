@@ -10,15 +10,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
 from lsp_fixtures import CAPABILITIES, LEIR_SETTINGS, LeirClient, marked
-
-TRANSPOSE = """\
-# Y is X transposed
-L^{32}_{i}
-  L^{32}_{j} [
-    Y_{i,j} = X_{j,i};
-  ];
-"""
-SPLIT_I = {"id": "split", "args": {"block": "Y", "loop": "i", "factors": [4, 8]}}
+from programs import SPLIT_I, TRANSPOSE
 
 
 async def start(client: LeirClient, options) -> None:
