@@ -81,6 +81,9 @@ MAX_PER_ROUND = 8
 CONFIRM_ROUNDS = 3
 #: What a confirmation costs in the budget: two programs built and timed again.
 CONFIRM_COST = 2
+#: The smallest budget a search can use: the start, one candidate and its
+#: paired confirmation.
+MIN_BUDGET = 2 + CONFIRM_COST
 #: Confirmations tried per greedy round before it moves down the ranking: a
 #: second lucky-looking candidate of one round is most often lucky too.
 MAX_CONFIRMATIONS_PER_ROUND = 2
@@ -694,8 +697,8 @@ def optimize(analysis: Analysis, steps: int = 4, budget: int | None = None, stra
     if steps < 1:
         raise OptimizeError(f"--steps must be at least 1, got {steps}")
     budget = 6 * steps + 1 if budget is None else budget
-    if budget < 2 + CONFIRM_COST:
-        raise OptimizeError(f"--budget must be at least {2 + CONFIRM_COST} (the start, one candidate and its paired "
+    if budget < MIN_BUDGET:
+        raise OptimizeError(f"--budget must be at least {MIN_BUDGET} (the start, one candidate and its paired "
                             f"confirmation), got {budget}")
     if beam_width < 1 or iterations < 1:
         raise OptimizeError("beam width and iterations must be at least 1")

@@ -12,6 +12,7 @@ notes. TVM is imported inside the functions.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -156,6 +157,12 @@ def _require_transferable(analysis: Analysis) -> None:
 
 
 def _loaded(executable) -> object:
+    # TVM starts its thread pool at the first kernel this process runs; its
+    # default is half the CPUs, pinned (one thread on a 2-vCPU machine), so
+    # `leir run` and the in-process timer would see no parallel loop pay.
+    from leir.measure.device import kernel_threads
+
+    os.environ.setdefault("TVM_NUM_THREADS", str(kernel_threads()))
     try:
         return executable.jit()
     except Exception as exc:  # nvcc or the loader failed

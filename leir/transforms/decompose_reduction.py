@@ -194,10 +194,13 @@ def rewrite(ctx: Context, args: dict) -> A.Program:
     sch = tvm.s_tir.Schedule(ctx.func)
     try:
         sch.decompose_reduction(args["block"], tvm_loop(sch, args["block"], args["loop"]))
-    except tvm.s_tir.ScheduleError as e:
-        lines = [l.strip() for l in str(e).split("Error message:")[-1].splitlines() if l.strip()]
-        detail = "\n".join(lines)
-        raise TvmRefused(f"TVM refused {ID}: {lines[0] if lines else 'schedule error'}", detail) from None
+    except Exception as e:
+        from leir.transforms import _raised_by_tvm, _schedule_error_message
+
+        if not _raised_by_tvm(e):
+            raise
+        detail = _schedule_error_message(e)
+        raise TvmRefused(f"TVM refused {ID}: {detail.splitlines()[0] if detail else 'schedule error'}", detail) from None
     after = raise_func(sch.mod["main"])
     units = tuple(_without_init_suffix(u, frozenset(), frozenset(d.name for d in after.decls))
                   for u in after.units)

@@ -693,13 +693,15 @@ def _scheduled(k: TVMScriptKernel, t, step: Step, args: dict):
     """The step's schedule primitives run on the user's own PrimFunc."""
     import tvm
 
-    from leir.transforms import _schedule_error_message
+    from leir.transforms import _raised_by_tvm, _schedule_error_message
 
     names = {b: o.block for b, o in zip(k.ctx.block_names, k.origins) if o.block is not None}
     sch = tvm.s_tir.Schedule(k.func)
     try:
         t.schedule(_BlockNames(sch, names), k.ctx, args)
-    except tvm.s_tir.ScheduleError as e:
+    except Exception as e:
+        if not _raised_by_tvm(e):
+            raise
         detail = _schedule_error_message(e)
         raise TvmRefused(f"TVM refused {step.id}: {detail.splitlines()[0] if detail else 'schedule error'}", detail) from None
     return sch.mod["main"]

@@ -56,7 +56,7 @@ async def _progress_token(server, call):
 
 async def run(server, call) -> dict:
     from leir.jobs import Failure
-    from leir.optimize import STRATEGIES
+    from leir.optimize import MIN_BUDGET, STRATEGIES
 
     require_trust(server, "optimizing")
     snapshot = call.snapshot(server)
@@ -65,7 +65,7 @@ async def run(server, call) -> dict:
         raise RequestFailed(f"{call.name}: 'kernel' chooses a kernel of a Python file; a .leir file is one program")
     settings = server.session.settings
     steps = call.integer("steps", 3, 1, MAX_STEPS)
-    budget = call.integer("budget", settings.measurement_budget, 2, 10_000)
+    budget = call.integer("budget", settings.measurement_budget, MIN_BUDGET, 10_000)
     strategy = call.choice("strategy", "greedy", STRATEGIES)
     apply = call.boolean("apply", False)
     if settings.target == "rpc":
