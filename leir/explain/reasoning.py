@@ -251,16 +251,29 @@ def _handoffs(analysis: Analysis, line_bytes: int) -> dict[str, dict[str, Any]]:
     With a loop common to both equations it is the working set of one
     iteration of the innermost such loop; without one, all of the
     temporary is written before any of it is read (its whole size)."""
+    from leir.transforms.base import Context
+
+    # The "before" program of every step explained at one cursor is the same
+    # analysis: computed once for it.
+    return Context.of(analysis).memo(("handoffs", line_bytes), lambda: _handoffs_of(analysis, line_bytes))
+
+
+def _handoffs_of(analysis: Analysis, line_bytes: int) -> dict[str, dict[str, Any]]:
+    first_writer: dict[str, Any] = {}
+    readers: dict[str, list] = {}
+    for info in analysis.equations:
+        name = info.equation.lhs.tensor
+        first_writer.setdefault(name, info)
+        # An equation that writes a tensor is not its reader (a reduction reads its own result).
+        for tensor in {a.tensor for a in _accesses(info.equation)[1:]} - {name}:
+            readers.setdefault(tensor, []).append(info)
     out: dict[str, dict[str, Any]] = {}
     for t in analysis.temporaries():
-        writer = reader = None
-        for info in analysis.equations:
-            if info.equation.lhs.tensor == t.name:
-                writer = info if reader is None else writer
-            elif writer is not None and any(a.tensor == t.name for a in _accesses(info.equation)[1:]):
-                reader = info
-                break
-        if writer is None or reader is None:
+        writer = first_writer.get(t.name)
+        if writer is None:
+            continue
+        reader = next((r for r in readers.get(t.name, ()) if r.index > writer.index), None)
+        if reader is None:
             continue
         common = [l for l in writer.loops if any(l is m for m in reader.loops)]
         if common:
