@@ -974,7 +974,7 @@ def _predicted_split(before: Analysis, ctx, step) -> Analysis | None:
         if any(s.loop.extent % f for s, f in zip(sites, factors)):
             return None
     nest = sites[0].nest
-    taken = names_in(before.program)
+    taken = ctx.memo("names_in", lambda: names_in(before.program))  # every step explained at one cursor
     mapping, guards, outer, inner = {}, [], [], []
     for site, f in zip(sites, factors):
         loop = site.loop
