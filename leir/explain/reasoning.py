@@ -258,6 +258,23 @@ def _handoffs(analysis: Analysis, line_bytes: int) -> dict[str, dict[str, Any]]:
     return Context.of(analysis).memo(("handoffs", line_bytes), lambda: _handoffs_of(analysis, line_bytes))
 
 
+#: id(equation) -> (the equation, the tensors it reads). A predicted
+#: program shares the equations a step leaves alone with the program
+#: before it, so explaining several steps at one cursor walks each
+#: equation once. The equation is kept with its entry, so its id stays its own.
+_READS: dict[int, tuple[A.Equation, frozenset[str]]] = {}
+_READS_LIMIT = 200_000
+
+
+def _reads(eq: A.Equation) -> frozenset[str]:
+    found = _READS.get(id(eq))
+    if found is None or found[0] is not eq:
+        if len(_READS) >= _READS_LIMIT:
+            _READS.clear()
+        found = _READS[id(eq)] = (eq, frozenset(a.tensor for a in _accesses(eq)[1:]))
+    return found[1]
+
+
 def _handoffs_of(analysis: Analysis, line_bytes: int) -> dict[str, dict[str, Any]]:
     first_writer: dict[str, Any] = {}
     readers: dict[str, list] = {}
@@ -265,7 +282,7 @@ def _handoffs_of(analysis: Analysis, line_bytes: int) -> dict[str, dict[str, Any
         name = info.equation.lhs.tensor
         first_writer.setdefault(name, info)
         # An equation that writes a tensor is not its reader (a reduction reads its own result).
-        for tensor in {a.tensor for a in _accesses(info.equation)[1:]} - {name}:
+        for tensor in _reads(info.equation) - {name}:
             readers.setdefault(tensor, []).append(info)
     out: dict[str, dict[str, Any]] = {}
     for t in analysis.temporaries():
