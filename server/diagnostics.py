@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 #: typing arrive within the 100 ms an edit should take to show its errors.
 #: Checks that keep up with fast typing need no longer wait: they run in
 #: their own thread, and a check overtaken by a newer change is dropped.
-DEBOUNCE_S = 0.05
+DEBOUNCE_S = 0.025
 #: Most diagnostics published for one document. Past this (a binary file
 #: opened by mistake has one per stray byte) an editor only slows down; the
 #: last published diagnostic says how many were left out.
