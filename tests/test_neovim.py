@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from programs import SCALE_TVMSCRIPT
+
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "nvim" / "lsp_roundtrip.lua"
 LEIR = Path(sysconfig.get_path("scripts")) / "leir"
@@ -111,25 +113,11 @@ def test_neovim_hovers_and_applies_a_code_action(nvim, tmp_path, examples_dir):
     assert expected != original
 
 
-TVMSCRIPT = '''\
-"""A kernel in a Python file, among other code."""
-from tvm.script import tirx as T
-
-
-@T.prim_func(s_tir=True)
-def scale(A: T.Buffer((64, 32), "float32"), B: T.Buffer((64, 32), "float32")):
-    T.func_attr({"tir.noalias": True})
-    for i, j in T.grid(64, 32):
-        with T.sblock("B"):
-            vi, vj = T.axis.remap("SS", [i, j])
-            T.reads(A[vi, vj])
-            T.writes(B[vi, vj])
-            B[vi, vj] = A[vi, vj] * T.float32(2.0)
-
+TVMSCRIPT = '"""A kernel in a Python file, among other code."""\n' + SCALE_TVMSCRIPT + """
 
 def unrelated():
     return 42
-'''
+"""
 
 
 def test_neovim_applies_a_code_action_to_a_tvmscript_kernel(nvim, tmp_path):

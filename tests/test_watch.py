@@ -18,6 +18,7 @@ import pytest
 
 from leir.document import MAX_DOCUMENT_BYTES
 from leir.watch import Debouncer, Row, Suggestion, Watcher
+from programs import SCALE_TVMSCRIPT
 
 SCALE = """\
 # B = 2 A
@@ -28,20 +29,7 @@ L^{64}_{i}
 """
 SCALE_3 = SCALE.replace("2.0", "3.0")
 BROKEN = "L^{4}_{i} [\n  B_{i} = ;\n"
-TVMSCRIPT = '''\
-from tvm.script import tirx as T
-
-
-@T.prim_func(s_tir=True)
-def scale(A: T.Buffer((64, 32), "float32"), B: T.Buffer((64, 32), "float32")):
-    T.func_attr({"tir.noalias": True})
-    for i, j in T.grid(64, 32):
-        with T.sblock("B"):
-            vi, vj = T.axis.remap("SS", [i, j])
-            T.reads(A[vi, vj])
-            T.writes(B[vi, vj])
-            B[vi, vj] = A[vi, vj] * T.float32(2.0)
-'''
+TVMSCRIPT = SCALE_TVMSCRIPT
 
 
 @pytest.fixture(autouse=True)
