@@ -45,12 +45,6 @@ def _warm_up() -> None:
             importlib.import_module(name)
         except Exception as e:  # a broken optional import must not stop the server
             logger.warning("warm-up: importing %s failed: %s", name, e)
-    try:
-        from leir.transforms import algebra
-
-        algebra.sympy_module()
-    except Exception as e:
-        logger.warning("warm-up: preparing SymPy failed: %s", e)
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
     logger.info("warm-up done: %d objects frozen", gc.get_freeze_count())
