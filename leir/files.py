@@ -39,6 +39,16 @@ def write_atomic(path: str | os.PathLike, text: str, *, durable: bool = False) -
 
 
 def _umask() -> int:
+    """The process's umask, read where Linux shows it: setting it to read it
+    back (``os.umask``) would, for that moment, apply to files that other
+    threads create (the server writes from several)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     mask = os.umask(0)
     os.umask(mask)
     return mask
