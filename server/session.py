@@ -91,8 +91,10 @@ class Settings:
         take("rpcTracker", "rpc_tracker", str, _is_host_port, "expected HOST:PORT")
         take("rpcKey", "rpc_key", str)
         take("autoMeasure", "auto_measure", bool)
-        take("measurementBudget", "measurement_budget", int, lambda v: 4 <= v <= 10_000,
-             "expected a whole number from 4 to 10000: the start, a candidate and its paired confirmation")
+        from leir.optimize import MIN_BUDGET  # no TVM or NumPy; read after the initialize reply
+
+        take("measurementBudget", "measurement_budget", int, lambda v: MIN_BUDGET <= v <= 10_000,
+             f"expected a whole number from {MIN_BUDGET} to 10000: the start, a candidate and its paired confirmation")
         model = data.get("model")
         if isinstance(model, dict) and "enabled" in model:
             data = {**data, "modelEnabled": model.get("enabled")}
