@@ -103,6 +103,33 @@ def random_inputs(analysis: Analysis, seed: int = 0) -> dict[str, np.ndarray]:
     return {t.name: random_array(t, rng, nonnegative=t.name in nonnegative) for t in analysis.inputs()}
 
 
+#: Seeds of a numerical verification; the last one draws integer-valued
+#: inputs (``integer_valued``), on which sums and products are exact.
+SEEDS = (0, 1, 2)
+
+
+def integer_valued(inputs: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
+    """The same tensors with small integer values (floats stay floats)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, arr in inputs.items():
+        if np.issubdtype(arr.dtype, np.floating):
+            lo = 0 if (arr >= 0).all() else -3
+            out[name] = rng.integers(lo, 4, size=arr.shape).astype(arr.dtype)
+        else:
+            out[name] = arr
+    return out
+
+
+def seed_inputs(analysis: Analysis, seed: int, seeds: tuple[int, ...] = SEEDS) -> dict[str, np.ndarray]:
+    """The inputs a verification on ``seeds`` draws for ``seed``:
+    ``random_inputs``, made integer-valued for the last seed of several."""
+    inputs = random_inputs(analysis, seed)
+    if len(seeds) > 1 and seed == seeds[-1]:
+        inputs = integer_valued(inputs, seed)
+    return inputs
+
+
 #: Functions whose argument must not be negative.
 _NONNEGATIVE_DOMAIN = frozenset({"sqrt", "rsqrt", "log"})
 

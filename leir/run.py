@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BuildError", "CheckResult", "Comparison", "CompiledProgram", "InputError", "RunError", "RunResult",
-    "build", "check", "compile_program", "compare", "cuda_target", "host_target", "random_inputs", "run",
+    "build", "check", "compile_program", "compare", "merge_comparisons", "cuda_target", "host_target", "random_inputs", "run",
 ]
 
 TARGETS = ("llvm", "cuda")
@@ -232,6 +232,22 @@ def compare(actual: np.ndarray, expected: np.ndarray, dtype: str) -> Comparison:
     if mse <= MSE_TOLERANCE:
         return Comparison(True, max_abs, max_rel, mse, "mse", mismatched)
     return Comparison(False, max_abs, max_rel, mse, "", mismatched)
+
+
+#: Criteria from the strictest to the most forgiving.
+_CRITERIA = ("exact", "elementwise", "mse")
+
+
+def merge_comparisons(comparisons: list[Comparison]) -> Comparison:
+    """One output compared on several inputs, as one comparison: ok when
+    every one is, the largest of each error figure, and the most forgiving
+    criterion that was needed."""
+    if len(comparisons) == 1:
+        return comparisons[0]
+    ok = all(c.ok for c in comparisons)
+    criterion = max((c.criterion for c in comparisons), key=_CRITERIA.index) if ok else ""
+    return Comparison(ok, max(c.max_abs_err for c in comparisons), max(c.max_rel_err for c in comparisons),
+                      max(c.mse for c in comparisons), criterion, max(c.mismatched for c in comparisons))
 
 
 def _is_float(dtype: str) -> bool:

@@ -327,9 +327,8 @@ class _Analyzer:
                 continue
             forms = [affine.linearize(i) for i in eq.lhs.indices]
             spatial = [l for l in info.loops if l.var in info.spatial]
-            if all(f is not None and len(f.coeffs) == 1 and abs(f.coeffs[0][1]) == 1 for f in forms) \
-                    and len({f.coeffs[0][0] for f in forms}) == len(forms):
-                continue  # each index is one distinct loop variable: injective
+            if _injective(forms, spatial):
+                continue
             space = self.space(spatial)
             if space is None:
                 continue  # too large to decide: no false error
@@ -340,8 +339,7 @@ class _Analyzer:
                     break
                 columns.append(space.full(values).ravel())
             else:
-                keys = np.stack(columns, axis=1)
-                if len(np.unique(keys, axis=0)) < keys.shape[0]:
+                if _repeats(columns, np):
                     names = ", ".join(l.var for l in spatial)
                     self.report(error(eq.lhs.span or eq.span or _NO_SPAN, "reduction-not-injective",
                                       f"several iterations of loops {names} write the same element of {eq.lhs.tensor}, "
@@ -975,3 +973,45 @@ def _kind_name(kind: str) -> str:
 
 def _access_text(a: A.Access) -> str:
     return print_expr(a, declared=frozenset({a.tensor}))
+
+
+def _injective(forms: list, loops: list[A.Loop]) -> bool:
+    """Whether the affine ``forms`` (one per index) map the iterations of
+    ``loops`` to distinct index tuples, proven without enumerating: each
+    loop variable appears in one index only, and within an index the
+    variables are mixed-radix digits (sorted by coefficient, each
+    coefficient exceeds the largest value the smaller terms reach), as after
+    a split (``io*8 + ii`` with ``ii`` in 0..7). False when not proven."""
+    extents = {l.var: l.extent for l in loops}
+    seen: set[str] = set()
+    for form in forms:
+        if form is None:
+            return False
+        reach = 0
+        for var, c in sorted(form.coeffs, key=lambda vc: abs(vc[1])):
+            if var not in extents or var in seen or abs(c) <= reach:
+                return False
+            seen.add(var)
+            reach += abs(c) * (extents[var] - 1)
+    return seen == set(extents)
+
+
+def _repeats(columns: list, np) -> bool:
+    """Whether two rows of the index columns (one per index, one row per
+    iteration) are equal: the columns flattened into one integer per row
+    (mixed radix over each column's range), then sorted."""
+    if not columns or columns[0].size < 2:
+        return False
+    flat = np.zeros(columns[0].shape, dtype=np.int64)
+    radix = 1
+    for col in columns:
+        lo, hi = int(col.min()), int(col.max())
+        width = hi - lo + 1
+        if radix * width >= 1 << 62:  # no room to flatten: compare rows
+            return len(np.unique(np.stack(columns, axis=1), axis=0)) < columns[0].size
+        flat += (col - lo) * radix
+        radix *= width
+    if radix < columns[0].size:
+        return True  # more iterations than elements they can reach
+    flat.sort()
+    return bool((flat[1:] == flat[:-1]).any())

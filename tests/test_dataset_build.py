@@ -84,7 +84,7 @@ def test_every_field_follows_the_schema(tiny):
         else:
             assert s["speedup"] is None and s["error"] and not s["verified"]
         v = s["verification"]
-        assert v["method"] == "engine+evaluate" and v["seeds"] == [0, 1, 2]
+        assert v["method"] == "tvm-vs-start" and v["seeds"] == [0, 1, 2]
         assert v["rel_tolerance"] == 5e-3 and v["mse_tolerance"] == 1e-5
         if s["verified"]:
             assert v["summary"] == "ok" and v["criterion"]
@@ -196,6 +196,26 @@ def test_the_same_seed_and_cache_give_the_same_dataset(tiny):
     # Nothing measured again but failures, which the cache does not keep.
     assert summary.measurements - summary.cache_hits <= sum(s["latency_after_ms"] is None for s in samples)
     assert sorted(read_samples(tmp / "again"), key=lambda s: s["id"]) == sorted(samples, key=lambda s: s["id"])
+
+
+def test_a_cache_measured_without_the_reference_check_is_verified_with_numpy(tiny, tmp_path):
+    # Measurements made by `leir measure` or the editor were checked against
+    # each program's own evaluation: the build then compares the NumPy
+    # evaluations of the programs before and after each step itself.
+    import sqlite3
+
+    tmp, _, samples = tiny
+    shutil.copytree(tmp / "cache", tmp_path / "cache")
+    conn = sqlite3.connect(tmp_path / "cache" / "measurements.sqlite", isolation_level=None)
+    assert conn.execute("SELECT COUNT(*) FROM measurements WHERE checked_against IS NOT NULL").fetchone()[0] > 0
+    conn.execute("UPDATE measurements SET checked_against = NULL")
+    conn.close()
+    summary = build(_config(tmp_path, "numpy", cache_dir=str(tmp_path / "cache")), progress=False)
+    assert summary.cache_hits == summary.measurements  # nothing built again
+    again = sorted(read_samples(tmp_path / "numpy"), key=lambda s: s["id"])
+    assert [s["id"] for s in again] == sorted(s["id"] for s in samples)
+    for s in again:
+        assert s["verification"]["method"] == "engine+evaluate" and s["verified"], s["verification"]
 
 
 def test_resuming_with_other_settings_is_refused(tiny):

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -220,17 +221,38 @@ def test_migrating_the_current_version_changes_nothing(tmp_path):
 
 
 def test_an_older_version_is_migrated_step_by_step(tmp_path, monkeypatch):
-    # What a version 2 would do: this release's v1 database is the "old" one.
+    # What a version 3 would do: this release's database is the "old" one.
     def add_column(conn):
         conn.execute("ALTER TABLE measurements ADD COLUMN energy_j REAL")
 
     MeasurementCache(tmp_path).close()
-    monkeypatch.setattr(C, "SCHEMA_VERSION", 2)
-    monkeypatch.setitem(C.MIGRATIONS, 1, add_column)
+    monkeypatch.setattr(C, "SCHEMA_VERSION", 3)
+    monkeypatch.setitem(C.MIGRATIONS, 2, add_column)
     MeasurementCache(tmp_path).close()
     conn = sqlite3.connect(tmp_path / "measurements.sqlite")
-    assert conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone() == ("2",)
+    assert conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone() == ("3",)
     assert "energy_j" in [r[1] for r in conn.execute("PRAGMA table_info(measurements)")]
+
+
+def test_a_version_1_database_keeps_its_measurements_and_gains_checked_against(tmp_path):
+    # A cache written by the first release: version 1's tables, one row.
+    conn = sqlite3.connect(tmp_path / "measurements.sqlite", isolation_level=None)
+    for statement in C._SCHEMA_V1:
+        conn.execute(statement)
+    conn.execute("INSERT INTO meta (name, value) VALUES ('schema_version', '1')")
+    conn.execute("INSERT INTO measurements (key, program, trace, target, device, toolchain, shapes, median_ms, min_ms,"
+                 " max_ms, mean_ms, runs, number, spread, results_ms, comparisons, vendor, notes, measured_at)"
+                 " VALUES ('old', 'p', NULL, 'llvm', 'cpu0', 'tvm 0.27', '{}', 2.0, 1.9, 2.2, 2.0, 3, 10, 0.15,"
+                 " '[2.0, 1.9, 2.2]', '{}', NULL, '[]', 1800000000.0)")
+    conn.close()
+    with MeasurementCache(tmp_path) as cache:
+        old = cache.lookup("old")
+        assert old.median_ms == 2.0 and old.runs == 3 and old.checked_against is None
+        checked = replace(a_measurement("new"), checked_against="ref-key")
+        store(cache, checked)
+        assert cache.lookup("new").checked_against == "ref-key"
+    conn = sqlite3.connect(tmp_path / "measurements.sqlite")
+    assert conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone() == ("2",)
 
 
 def test_a_newer_version_is_refused_clearly(tmp_path):
@@ -238,7 +260,7 @@ def test_a_newer_version_is_refused_clearly(tmp_path):
     conn = sqlite3.connect(tmp_path / "measurements.sqlite", isolation_level=None)
     conn.execute("UPDATE meta SET value = '7' WHERE name = 'schema_version'")
     conn.close()
-    with pytest.raises(CacheError, match=r"schema version 7, newer than this leir-lsp understands \(1\): upgrade"):
+    with pytest.raises(CacheError, match=r"schema version 7, newer than this leir-lsp understands \(2\): upgrade"):
         MeasurementCache(tmp_path)
 
 

@@ -77,6 +77,44 @@ def test_the_second_request_is_a_cache_hit(engine):
     assert not engine.measure(matmul(24), use_cache=False).cached
 
 
+def test_a_kernel_checked_against_a_reference_program_on_every_seed(engine):
+    from leir.document import load_leir
+    from leir.inputs import SEEDS
+    from leir.measure.key import reference_key
+
+    # The same values computed another way: checked against the reference's
+    # NumPy evaluation on each seed's inputs (drawn for the reference).
+    reference = "L^{64}_{i} [ Y_{i} = X_{i}*3 + 1; ];"
+    split = "L^{8}_{io} L^{8}_{ii} [ Y_{io*8+ii} = 1 + X_{io*8+ii}*3; ];"
+    m = engine.measure(split, reference=reference, use_cache=False)
+    assert m.error is None and m.verified, m.error
+    assert m.checked_against == reference_key(load_leir(reference).analysis, SEEDS)
+    assert m.comparisons["Y"].ok and m.comparisons["Y"].criterion
+    assert engine.submit(split).result().checked_against == m.checked_against  # kept in the cache
+    # Not the reference's values: a wrong result, whatever the program's own
+    # evaluation says; nothing is timed or cached.
+    other = "L^{64}_{i} [ Y_{i} = X_{i}*3 + 2; ];"
+    wrong = engine.measure(other, reference=reference)
+    assert wrong.median_ms is None and not wrong.verified
+    assert "wrong result: Y differs from the reference program's NumPy evaluation" in wrong.error
+    assert not wrong.comparisons["Y"].ok
+    assert engine.measure(other).error is None  # on its own it is a correct kernel
+    # A program that cannot be compared with the reference says why.
+    renamed = engine.measure("L^{64}_{i} [ Z_{i} = X_{i}*3 + 1; ];", reference=reference, use_cache=False)
+    assert "outputs" in renamed.error and renamed.median_ms is None
+
+
+def test_the_reference_check_runs_every_seed_not_only_the_timing_inputs(engine):
+    # Equal to the reference wherever X <= 1.5: on seed 0's inputs (uniform
+    # in [-1, 1)), on which it is timed, but not on the last seed's, integers
+    # from -3 to 3.
+    reference = "L^{64}_{i} [ Y_{i} = X_{i}*3 + 1; ];"
+    differs = "L^{64}_{i} [ Y_{i} = X_{i}*3 + 1 + if_then_else(X_{i} > 1.5, 5.0, 0.0); ];"
+    assert engine.measure(differs, reference=reference, seeds=(0,), use_cache=False).error is None
+    m = engine.measure(differs, reference=reference, use_cache=False)
+    assert m.median_ms is None and "wrong result" in m.error, m.error
+
+
 def test_a_cache_hit_starts_no_worker(engine, cache_dir):
     engine.measure(matmul(28))
     with MeasurementEngine("llvm", cache=cache_dir, repeat=3) as other:

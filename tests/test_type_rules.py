@@ -57,3 +57,23 @@ def test_reduction_writing_one_element_from_several_spatial_iterations_is_an_err
     assert len(diags) == 1 and "loops i, j" in diags[0].message
     explicit = "L^{7}_{t} [ T_{t} = 0.0; ]; L^{4}_{i} L^{4}_{j} [ T_{i+j} += X_{i,j}; ];"
     assert [d.code for d in analyze(parse(explicit).program).diagnostics if d.is_error] == []
+
+
+@pytest.mark.parametrize("lhs, loops, injective", [
+    ("T_{i_o*8+i_i}", "L^{4}_{i_o} L^{8}_{i_i}", True),        # a split: proven without enumerating
+    ("T_{i_o*4+i_i}", "L^{4}_{i_o} L^{8}_{i_i}", False),       # digits overlap: i_o=1,i_i=0 and i_o=0,i_i=4
+    ("T_{i_i-i_o*8+31}", "L^{4}_{i_o} L^{8}_{i_i}", True),     # a negative coefficient
+    ("T_{i+j,j}", "L^{4}_{i} L^{4}_{j}", True),                # j in two indices: enumerated, injective
+    ("T_{i+j,i+j}", "L^{4}_{i} L^{4}_{j}", False),             # enumerated, repeats
+    ("T_{i//2,i%2,j}", "L^{6}_{i} L^{3}_{j}", True),           # not affine: enumerated
+    ("T_{i//2,j}", "L^{6}_{i} L^{3}_{j}", False),
+    ("T_{i*3+j}", "L^{3}_{i} L^{3}_{j}", True),                # mixed radix with no gap
+    ("T_{i*2+j}", "L^{3}_{i} L^{3}_{j}", False),               # more iterations than... overlapping
+])
+def test_reduction_injectivity_is_decided_exactly(lhs, loops, injective):
+    # The implied init needs each written element to come from one spatial
+    # iteration; the checker proves it for mixed-radix indices and
+    # enumerates the others.
+    text = f"{loops} L^{{5}}_{{r}} [ {lhs} += X_{{r}}; ];"
+    codes = [d.code for d in analyze(parse(text).program).diagnostics if d.is_error]
+    assert ("reduction-not-injective" not in codes) == injective, codes

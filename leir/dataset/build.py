@@ -22,17 +22,26 @@ For each workload file and each of its checked shape variants (``variants``),
    probability ``explore`` a seeded random one ("explore"), never a program
    the trajectory already visited.
 
-**Verification** (``verify="engine"``, the default) is split in two checks
-whose conjunction is the step's numerical equivalence, so that no program is
-built twice: the measurement engine builds the program after the step, runs
-it on seed 0's inputs and compares it with the NumPy evaluation of that
-program (it refuses to time a wrong kernel); and here the NumPy evaluation
-of the program after the step is compared with the NumPy evaluation of the
-program before it on ``leir.transforms.verify.SEEDS`` (random inputs, the
-last one integer-valued so that reassociation is exact). ``verify="full"``
-runs ``leir.transforms.verify`` instead (both programs built with TVM and
-run on every seed; about twice the build time). Both hold outputs to
-Step-TP's tolerances (``leir.run.compare``).
+**Verification** (``verify="engine"``, the default) happens where the
+program after the step is built anyway, so that nothing is built or
+evaluated twice: every program is measured with the trajectory's start
+program as the engine's reference (``MeasurementEngine.submit(reference=)``),
+so its worker runs the kernel on the inputs of each of
+``leir.inputs.SEEDS`` (random, the last integer-valued so that
+reassociation is exact) and compares every output with the NumPy
+evaluation of the start program, before timing it; a wrong kernel gets no
+latency and its sample is recorded as not verified. Each step's program
+before was itself checked against the start program, so a verified step
+is one whose kernel computes what the program before it computes, within
+Step-TP's tolerances (``leir.run.compare``). The programs after the steps
+are never evaluated with NumPy (the evaluator iterates in Python over some
+transformed nests, which took up to a minute each); the start program is
+evaluated once per seed in each worker. A cache hit measured without that
+check (by ``leir measure`` or the editor: its ``checked_against`` differs)
+is verified here instead, by comparing the NumPy evaluations of the
+programs before and after the step on the same seeds (method
+``engine+evaluate``). ``verify="full"`` runs ``leir.transforms.verify``
+(both programs built with TVM and run on every seed).
 
 **Resuming.** ``OUT/samples.jsonl`` is only appended to, one line per
 sample. After the samples of each state are written (and synced),
@@ -335,6 +344,16 @@ def _verify_engine(after, measurement, equivalence) -> tuple[bool, dict]:
     return _verification("engine+evaluate", comparisons, _seeds(), notes)
 
 
+def _verify_reference(after, measurement) -> tuple[bool, dict]:
+    """The engine's check of the kernel of ``after`` against the NumPy
+    evaluation of the trajectory's start program on every seed (see the
+    module docstring)."""
+    notes = [] if measurement.error is None else [f"measurement failed: {measurement.error}"]
+    dtypes = {t.name: t.dtype for t in after.outputs()}
+    comparisons = [(dtypes.get(name, "f32"), c) for name, c in (measurement.comparisons or {}).items()]
+    return _verification("tvm-vs-start", comparisons, _seeds(), notes)
+
+
 def _verify_full(before: _State, after, measurement) -> tuple[bool, dict]:
     from leir.transforms import verify
 
@@ -410,6 +429,7 @@ def _trajectory(variant: Variant, k: int, cfg: BuildConfig, start_measurement,
     it (the state to go on from, its index, the programs visited)."""
     from leir import transforms
     from leir.document import load_leir
+    from leir.measure.key import reference_key
     from leir.semantics import analyze
 
     tid = f"{variant.workload}/{variant.name}/t{k}"
@@ -420,6 +440,7 @@ def _trajectory(variant: Variant, k: int, cfg: BuildConfig, start_measurement,
         state = _State(load_leir(resume.text).analysis, resume.text, resume.measurement)
         visited, first = set(resume.visited), resume.next_index
     sizes = {str(a): b for a, b in sorted(variant.sizes.items())}
+    checked = reference_key(variant.analysis, _seeds())
     for step_index in range(first, cfg.steps):
         rng = _rng(cfg.seed, tid, step_index)
         children = []
@@ -437,31 +458,32 @@ def _trajectory(variant: Variant, k: int, cfg: BuildConfig, start_measurement,
             text = _text(after)
             if text == state.text:
                 continue
-            equivalence = None
-            if cfg.verify == "engine":
-                try:
-                    equivalence = _equivalence(state, after)
-                except SlowEvaluation as e:
-                    log(f"{tid}: step {step.key} skipped: {e}")
-                    continue
-            children.append((step, after, text, equivalence))
+            children.append((step, after, text))
         if not children:
             return
-        # A step the NumPy evaluation already shows wrong is not timed.
-        timed = [c for c in children if c[3] is None or (not c[3][1] and all(x.ok for _, x in c[3][0]))]
-        got = yield [after for _, after, _, _ in timed] if timed else []
-        measured = {id(c): m for c, m in zip(timed, got)}
+        # Measured with the start program as the reference: the engine
+        # checks each kernel against it on every seed before timing it.
+        got = yield [after for _, after, _ in children]
         samples, good = [], []
         before_m = state.measurement
         tensors = [{"name": t.name, "role": t.role, "dtype": t.dtype, "shape": list(t.shape)}
                    for t in state.analysis.tensors.values()]
-        for child in children:
-            step, after, text, equivalence = child
-            m = measured.get(id(child))
-            if cfg.verify == "engine":
-                ok, verification = _verify_engine(after, m, equivalence)
-            else:
+        for child, m in zip(children, got):
+            step, after, text = child
+            if cfg.verify == "full":
                 ok, verification = _verify_full(state, after, m)
+            elif m.checked_against == checked:
+                ok, verification = _verify_reference(after, m)
+            else:
+                # A cache hit measured without this check (by `leir measure`,
+                # the editor...): its kernel matched its own NumPy evaluation;
+                # the NumPy evaluations of the programs before and after the
+                # step are compared here.
+                try:
+                    ok, verification = _verify_engine(after, m, _equivalence(state, after))
+                except SlowEvaluation as e:
+                    log(f"{tid}: step {step.key} skipped: {e}")
+                    continue
             after_ms = float(m.median_ms) if m is not None and m.median_ms is not None else None
             reasoning, facts = _reasoning(state.analysis, after, step, float(before_m.median_ms), after_ms, cfg.target)
             module = transforms.get(step.id)
@@ -732,8 +754,8 @@ def _run(todo, cfg, engine, sink, existing, done, states, progress_path, counts,
     active: list[dict] = []
     wave = max(WAVE, 2 * getattr(engine, "workers", 1))
 
-    def submit(analyses) -> list:
-        futures = [engine.submit(a, repeat=cfg.repeat) for a in analyses]
+    def submit(analyses, reference) -> list:
+        futures = [engine.submit(a, repeat=cfg.repeat, reference=reference) for a in analyses]
         counts["measurements"] += len(futures)
         return futures
 
@@ -743,7 +765,7 @@ def _run(todo, cfg, engine, sink, existing, done, states, progress_path, counts,
             job = {"tid": f"{variant.workload}/{variant.name}/t{k}", "variant": variant, "k": k, "gen": None,
                    "futures": [], "resume": resume}
             if resume is None:
-                job["futures"] = submit([variant.analysis])
+                job["futures"] = submit([variant.analysis], variant.analysis)
             active.append(job)
 
     def commit() -> None:
@@ -782,7 +804,7 @@ def _run(todo, cfg, engine, sink, existing, done, states, progress_path, counts,
             if request is None:
                 _finish(job, active, done, states, commit, counts, bar)
             else:
-                job["futures"] = submit(request)
+                job["futures"] = submit(request, job["variant"].analysis)
         start_next()
 
 

@@ -15,9 +15,10 @@ the moment (a loaded machine timing out, a device that went away) and is
 measured again next time.
 
 Schema versions: the ``meta`` table holds ``schema_version``. Opening a file
-of an older version runs ``MIGRATIONS`` in order (there is none yet: version
-1 is the first); a newer version is refused, since this release cannot know
-what it would break.
+of an older version runs ``MIGRATIONS`` in order; a newer version is
+refused, since this release cannot know what it would break. Version 2
+added ``checked_against`` (the reference program a kernel was checked
+against, ``Measurement.checked_against``); rows of version 1 have none.
 """
 
 from __future__ import annotations
@@ -34,14 +35,20 @@ from leir.errors import LeirError
 from leir.measure.measurement import Measurement, VendorResult
 from leir.run import Comparison
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DATABASE_NAME = "measurements.sqlite"
 #: How long a writer waits for another process's transaction before failing.
 BUSY_TIMEOUT_S = 10.0
 
+
+
+def _add_checked_against(conn: sqlite3.Connection) -> None:
+    conn.execute("ALTER TABLE measurements ADD COLUMN checked_against TEXT")  # key.reference_key, or NULL
+
+
 #: ``MIGRATIONS[v]`` upgrades a version-``v`` database to ``v + 1`` inside a
-#: transaction. Empty while version 1 is the only one.
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {}
+#: transaction. A new database is created at version 1 and migrated.
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _add_checked_against}
 
 #: One statement each: ``executescript`` would commit the transaction they run in.
 _SCHEMA_V1 = ("""
@@ -150,7 +157,8 @@ class MeasurementCache:
             for statement in _SCHEMA_V1:
                 conn.execute(statement)
             # Another process may have created it first: keep its version.
-            conn.execute("INSERT OR IGNORE INTO meta (name, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            # The tables are version 1's; the migrations bring them up to date.
+            conn.execute("INSERT OR IGNORE INTO meta (name, value) VALUES ('schema_version', '1')")
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -174,18 +182,19 @@ class MeasurementCache:
         a ``cached`` Measurement; None when there is none."""
         row = self._read(
             "SELECT target, device, median_ms, min_ms, max_ms, mean_ms, runs, number, spread, results_ms,"
-            " comparisons, vendor, notes, measured_at FROM measurements WHERE key = ? AND runs >= ?", (key, min_runs))
+            " comparisons, vendor, notes, measured_at, checked_against FROM measurements WHERE key = ? AND runs >= ?",
+            (key, min_runs))
         if row is None:
             return None
         (target, device, median, low, high, mean, runs, number, spread, results, comparisons, vendor, notes,
-         measured_at) = row
+         measured_at, checked_against) = row
         vendor_result = VendorResult.from_json(json.loads(vendor)) if vendor else None
         return Measurement(
             median, low, high, runs, spread, target, device, True,
             {name: Comparison(**c) for name, c in json.loads(comparisons).items()},
             True, vendor_result.median_ms if vendor_result else None, None,
             mean_ms=mean, number=number, results_ms=tuple(json.loads(results)), vendor=vendor_result,
-            measured_at=measured_at, key=key, notes=tuple(json.loads(notes)),
+            measured_at=measured_at, key=key, notes=tuple(json.loads(notes)), checked_against=checked_against,
         )
 
     def store(self, m: Measurement, *, program: str, toolchain: str, shapes: dict[str, tuple[str, tuple[int, ...]]],
@@ -200,11 +209,12 @@ class MeasurementCache:
             m.spread or 0.0, json.dumps(list(m.results_ms)),
             json.dumps({name: _comparison_json(c) for name, c in m.comparisons.items()}),
             None if m.vendor is None else json.dumps(m.vendor.to_json()), json.dumps(list(m.notes)),
-            m.measured_at if m.measured_at is not None else time.time(),
+            m.measured_at if m.measured_at is not None else time.time(), m.checked_against,
         )
         self._write("INSERT OR REPLACE INTO measurements (key, program, trace, target, device, toolchain, shapes,"
                     " median_ms, min_ms, max_ms, mean_ms, runs, number, spread, results_ms, comparisons, vendor,"
-                    " notes, measured_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+                    " notes, measured_at, checked_against)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
 
     def record(self, key: str) -> dict | None:
         """Every stored column of ``key`` (program, trace, timings...), as a dictionary."""

@@ -64,7 +64,7 @@ from leir.measure import worker as worker_module
 from leir.measure.cache import MeasurementCache
 from leir.measure.device import (DevicePeaks, ProgramCost, cpu_name, gpu_name, kernel_threads, load_peaks, program_cost,
                                  roofline_ms)
-from leir.measure.key import default_toolchain, measurement_key, workload_key
+from leir.measure.key import default_toolchain, measurement_key, reference_key, workload_key
 from leir.measure.measurement import Measurement, PairedMeasurement, VendorResult, failure
 from leir.measure.rpc import RPC, RPCError, servers_for, tracker_summary
 from leir.measure.timing import DEFAULT_MIN_RUN_MS, DEFAULT_REPEAT, summarize
@@ -270,17 +270,27 @@ class MeasurementEngine:
                workload: Analysis | A.Program | str | None = None, priority: int = 0, label: str | None = None,
                repeat: int | None = None, timeout_s: float | None = None, use_cache: bool = True,
                block: bool = True, wait_s: float | None = None,
-               on_phase: Callable[[MeasurementFuture, str], None] | None = None) -> MeasurementFuture:
+               on_phase: Callable[[MeasurementFuture, str], None] | None = None,
+               reference: Analysis | A.Program | str | None = None,
+               seeds: tuple[int, ...] | None = None) -> MeasurementFuture:
         """Queue ``program`` for measurement (a cache hit returns a finished
         future). ``trace``: the steps that produced it (kept in the cache
         record). ``workload``: the program it was derived from, whose vendor
         reference is reported (default: itself). ``block=False`` raises
         ``EngineBusy`` instead of waiting (at most ``wait_s``) for room in
         the queue. ``on_phase(future, phase)`` is called at each change of
-        phase, from the first. Raises ``LeirError`` for a program with errors."""
+        phase, from the first. Raises ``LeirError`` for a program with errors.
+
+        ``reference``: a program equivalent to this one (the one it was
+        derived from) whose NumPy evaluation the kernel is checked against,
+        on the inputs of each of ``seeds`` (default ``leir.inputs.SEEDS``),
+        instead of this program's own evaluation on the engine's seed (see
+        ``worker``). The measurement's ``checked_against`` names that check
+        (``key.reference_key``). A cache hit is returned whatever check its
+        measurement passed: compare its ``checked_against``."""
         return self._submit(program, trace=trace, workload=workload, priority=priority, label=label, repeat=repeat,
                             timeout_s=timeout_s, use_cache=use_cache, block=block, wait_s=wait_s, on_phase=on_phase,
-                            fault=None)
+                            fault=None, reference=reference, seeds=seeds)
 
     def compare(self, before: Analysis | A.Program | str, after: Analysis | A.Program | str, *, rounds: int = 3,
                 repeat: int | None = None, priority: int = 0, label: str | None = None,
@@ -356,8 +366,17 @@ class MeasurementEngine:
         return results
 
     def _submit(self, program, *, trace, workload, priority, label, repeat, timeout_s, use_cache, block, wait_s,
-                on_phase, fault, paired=None) -> MeasurementFuture:
+                on_phase, fault, paired=None, reference=None, seeds=None) -> MeasurementFuture:
         analysis = _as_analysis(program)
+        check = None
+        if reference is not None:
+            from leir.inputs import SEEDS
+            from leir.printer import print_program
+
+            ref = _as_analysis(reference)
+            seeds = tuple(seeds or SEEDS)
+            check = {"program": print_program(ref.complete_program()), "key": reference_key(ref, seeds),
+                     "seeds": list(seeds)}
         second, rounds = (_as_analysis(paired[0]), paired[1]) if paired is not None else (None, 1)
         if self._closing:
             raise EngineClosed("the measurement engine is closed")
@@ -392,6 +411,7 @@ class MeasurementEngine:
                 "seed": self.seed, "repeat": repeat, "min_run_ms": self.min_run_ms, "vendor": vendor_key is not None,
                 "timeout_s": timeout_s or self.timeout_s, "fault": fault,
                 "paired": print_program(second.complete_program()) if second is not None else None, "rounds": rounds,
+                "reference": check,
             },
         )
         job.spec["id"] = job.id
@@ -793,6 +813,7 @@ class MeasurementEngine:
             vendor.median_ms if vendor else None, None,
             mean_ms=s.mean_ms, number=s.number, results_ms=s.results_ms, vendor=vendor,
             measured_at=payload.get("measured_at"), key=job.key, label=job.future.label, notes=notes,
+            checked_against=payload.get("checked_against"),
         )
         if self.cache is not None:
             self._store(lambda: self.cache.store(m, program=_canonical_text(job.analysis), toolchain=self.toolchain,

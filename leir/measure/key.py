@@ -76,6 +76,15 @@ def workload_key(analysis: Analysis, device: str) -> str:
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode("utf-8")).hexdigest()
 
 
+def reference_key(analysis: Analysis, seeds: tuple[int, ...]) -> str:
+    """The key of a check against a reference program
+    (``MeasurementEngine.submit(reference=...)``): its structural text and
+    the seeds of the inputs. A measurement's ``checked_against`` is this
+    key, so a reader can tell which check a cached measurement passed."""
+    material = {"format": KEY_FORMAT, "program": structural_text(analysis), "seeds": list(seeds), "kind": "reference"}
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode("utf-8")).hexdigest()
+
+
 @functools.lru_cache(maxsize=1)
 def default_toolchain() -> str:
     """``tvm <version>, leir-lsp <version>``, read from the installed

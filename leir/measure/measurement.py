@@ -58,7 +58,8 @@ class Measurement:
     target: str
     #: "AMD EPYC (2 threads)", "NVIDIA H200", "rpc:<key>".
     device: str
-    #: Every output matched the NumPy evaluation of the program (Step-TP's rule).
+    #: Every output matched the NumPy evaluation of the program (Step-TP's
+    #: rule), or of the reference program named by ``checked_against``.
     verified: bool
     comparisons: dict[str, Comparison]
     #: Read from the measurement cache rather than measured now.
@@ -82,6 +83,10 @@ class Measurement:
     key: str = ""
     label: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: ``key.reference_key`` of the reference program the kernel was
+    #: checked against, on each of its seeds (``submit(reference=...)``);
+    #: None when it was checked against the program's own evaluation.
+    checked_against: str | None = None
 
     @property
     def ok(self) -> bool:

@@ -12,6 +12,18 @@ engine (``leir.measure.engine``) drives over a pipe, one job at a time:
    kernel gets no latency), time it (``timing.time_module``), time the
    vendor reference if asked, and answer ``("result", id, {...})``.
 
+**Checked against a reference** (``job["reference"]``: a program, its key
+and seeds; ``MeasurementEngine.submit(reference=...)``): the expected
+outputs are the NumPy evaluation of the *reference* program, not of the
+program measured, on each seed's inputs (``leir.inputs.seed_inputs``, drawn
+for the reference and passed by name), and the kernel is run and compared
+on every seed before it is timed (on seed 0's inputs). This is how a step is
+verified without evaluating the program after it: the kernel of every
+program a dataset trajectory reaches is compared with the start program of
+its trajectory, whose evaluations this process keeps
+(``REFERENCES_KEPT``), so each is computed once. The result says which
+reference it was checked against (``checked_against``).
+
 A paired comparison (``MeasurementEngine.compare``) is one job with two
 programs (``job["paired"]``): both are built in step 1, both checked in
 step 2, then timed turn about for ``job["rounds"]`` rounds.
@@ -46,6 +58,8 @@ import time
 from dataclasses import dataclass, field
 
 FAULTS = ("crash", "hang", "oom", "wrong")
+#: Reference programs whose evaluations a worker keeps (the most recent).
+REFERENCES_KEPT = 8
 #: A hang injected by the test hook ends by itself after this long.
 HANG_LIMIT_S = 600.0
 
@@ -73,6 +87,9 @@ class _Built:
     notes: list = field(default_factory=list)
     #: The second program of a paired comparison (``job["paired"]``).
     paired: "_Built | None" = None
+    #: Further (inputs, expected) pairs checked before timing (the other
+    #: seeds of a reference check).
+    checks: list = field(default_factory=list)
 
 
 def main(conn, config: dict) -> None:
@@ -181,6 +198,8 @@ class _Runner:
         from leir.measure.rpc import RPC
 
         self.config = config
+        #: reference key -> [(seed, inputs, expected outputs)], oldest first.
+        self._references: dict[str, list] = {}
         self.rpc = RPC(**config["rpc"]) if config.get("rpc") else None
         self.target = self.rpc.target if self.rpc else config["target"]
         self.library_dir = config.get("library_dir")
@@ -220,14 +239,51 @@ class _Runner:
             built.module, built.notes = compiled, list(compiled.notes)
         else:
             built.library, built.notes = self._export(analysis, job.get("library_tag", job["id"]))
-        built.inputs = random_inputs(analysis, job.get("seed", 0))
-        built.expected = evaluate(analysis, built.inputs)
+        if job.get("reference"):
+            checks = self._reference_checks(analysis, job["reference"])
+            (built.inputs, built.expected), built.checks = checks[0], checks[1:]
+        else:
+            built.inputs = random_inputs(analysis, job.get("seed", 0))
+            built.expected = evaluate(analysis, built.inputs)
         if job.get("paired"):
             # The second program of a comparison: built, checked and timed
             # like the first, in this same process.
             built.paired = self.build({**job, "program": job["paired"], "paired": None, "second_of_pair": True,
                                        "library_tag": f"{job['id']}_paired"})
         return built
+
+    def _reference_checks(self, analysis, reference: dict) -> list[tuple[dict, dict]]:
+        """(inputs, expected outputs) for each seed of the reference check
+        (see the module docstring), inputs in ``analysis``' order."""
+        from leir.document import load_leir
+        from leir.evaluate import evaluate
+        from leir.inputs import check_inputs, seed_inputs
+
+        key, seeds = reference["key"], tuple(reference["seeds"])
+        runs = self._references.pop(key, None)
+        if runs is None:
+            doc = load_leir(reference["program"])
+            if not doc.ok:
+                first = next(d for d in doc.diagnostics if d.is_error)
+                raise JobFailure(f"the reference program does not check: {first.message}")
+            runs = []
+            for seed in seeds:
+                inputs = seed_inputs(doc.analysis, seed, seeds)
+                values = evaluate(doc.analysis, inputs)
+                runs.append((seed, inputs, {t.name: values[t.name] for t in doc.analysis.outputs()}))
+        self._references[key] = runs  # the most recent last
+        while len(self._references) > REFERENCES_KEPT:
+            del self._references[next(iter(self._references))]
+        outputs = sorted(t.name for t in analysis.outputs())
+        if outputs != sorted(runs[0][2]):
+            raise JobFailure(f"cannot check against the reference: its outputs are {sorted(runs[0][2])}, "
+                             f"this program's {outputs}")
+        missing = [t.name for t in analysis.inputs() if t.name not in runs[0][1]]
+        if missing:
+            raise JobFailure(f"cannot check against the reference: it has no input {missing[0]}")
+        # check_inputs: the shapes and dtypes must be this program's.
+        return [(check_inputs(analysis, {t.name: inputs[t.name] for t in analysis.inputs()}), expected)
+                for _, inputs, expected in runs]
 
     def _export(self, analysis, job_id: int) -> tuple[str, list[str]]:
         """Cross-compile for the RPC device and export a shared library."""
@@ -322,7 +378,8 @@ class _Runner:
             payloads.append({"seconds": [s for seconds, _ in runs for s in seconds], "number": runs[-1][1],
                              "rounds_seconds": [seconds for seconds, _ in runs],
                              "comparisons": _comparisons_json(comparisons), "notes": list(b.notes), "server": server,
-                             "measured_at": time.time()})
+                             "measured_at": time.time(),
+                             "checked_against": (b.job.get("reference") or {}).get("key")})
         payload = payloads[0]
         if len(payloads) > 1:
             payload["paired"] = payloads[1]
@@ -331,8 +388,24 @@ class _Runner:
         return payload
 
     def _verify(self, built: _Built, module, device) -> tuple[list, dict]:
-        """Run the kernel once and compare every output with the expected
-        one (a wrong kernel gets no latency); its arguments for the timing."""
+        """Run the kernel and compare every output with the expected one (a
+        wrong kernel gets no latency), on the timing inputs and then on each
+        further check's; the timing inputs' arguments, and per output the
+        worst comparison (``leir.run.merge_comparisons``)."""
+        from leir.run import merge_comparisons
+
+        job = built.job
+        args, comparisons = self._run_and_compare(built, module, device, built.inputs, built.expected,
+                                                  corrupt=job.get("fault") == "wrong")
+        per_output = {name: [c] for name, c in comparisons.items()}
+        for inputs, expected in built.checks:
+            _, more = self._run_and_compare(built, module, device, inputs, expected, corrupt=False)
+            for name, c in more.items():
+                per_output[name].append(c)
+        return args, {name: merge_comparisons(cs) for name, cs in per_output.items()}
+
+    def _run_and_compare(self, built: _Built, module, device, inputs: dict, expected: dict, *,
+                         corrupt: bool) -> tuple[list, dict]:
         import numpy as np
         import tvm
 
@@ -340,23 +413,24 @@ class _Runner:
         from leir.run import compare
 
         analysis, job = built.analysis, built.job
-        params = [tvm.runtime.tensor(built.inputs[t.name], device) for t in analysis.inputs()]
+        params = [tvm.runtime.tensor(inputs[t.name], device) for t in analysis.inputs()]
         results = {t.name: tvm.runtime.tensor(zeros(t), device) for t in analysis.outputs()}
         args = params + list(results.values())
         module["main"](*args)
         device.sync()
         outputs = {name: value.numpy() for name, value in results.items()}
-        if job.get("fault") == "wrong" and outputs:
+        if corrupt and outputs:
             first = next(iter(outputs))
             outputs[first] = (outputs[first] + np.ones_like(outputs[first])).astype(outputs[first].dtype)
-        comparisons = {t.name: compare(outputs[t.name], built.expected[t.name], t.dtype) for t in analysis.outputs()}
+        comparisons = {t.name: compare(outputs[t.name], expected[t.name], t.dtype) for t in analysis.outputs()}
         wrong = [name for name, c in comparisons.items() if not c.ok]
         if wrong:
             c = comparisons[wrong[0]]
             total = analysis.tensors[wrong[0]].size
             which = "the second program's " if job.get("second_of_pair") else ""
-            raise JobFailure(f"wrong result: {which}{wrong[0]} differs from the reference ({c.mismatched} of {total} "
-                             f"elements outside tolerance; max abs err {c.max_abs_err:.3g}, "
+            against = "the reference program's NumPy evaluation" if job.get("reference") else "the reference"
+            raise JobFailure(f"wrong result: {which}{wrong[0]} differs from {against} ({c.mismatched} "
+                             f"of {total} elements outside tolerance; max abs err {c.max_abs_err:.3g}, "
                              f"max rel err {c.max_rel_err:.3g})", comparisons=_comparisons_json(comparisons))
         return args, comparisons
 
