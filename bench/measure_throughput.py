@@ -89,7 +89,7 @@ def main() -> None:
         for i in range(args.hits):
             program = programs[i % len(programs)]
             t = time.perf_counter()
-            key = measurement_key(program, engine._target_key, engine.device, engine.toolchain)
+            key = measurement_key(program, engine.target_key, engine.device, engine.toolchain)
             key_times.append(time.perf_counter() - t)
             t = time.perf_counter()
             cache.lookup(key)

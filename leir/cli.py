@@ -182,7 +182,7 @@ def cmd_check(args) -> int:
 
 def cmd_fmt(args) -> int:
     from leir.document import language_of, load_leir, read_text
-    from leir.format import canonical_program
+    from leir.format import canonical_text
     from leir.printer import print_program
 
     if language_of(args.file) != "leir":
@@ -194,15 +194,12 @@ def cmd_fmt(args) -> int:
         first = syntax_errors[0]
         more = f" (and {len(syntax_errors) - 1} more)" if len(syntax_errors) > 1 else ""
         raise LeirError(f"{args.file}:{doc.source.format_location(first.span)}: error: {first.message}{more}; not formatted")
-    if not doc.analysis.ok:
-        program = doc.program  # layout only: what to declare is unknown
-    elif args.compact:
-        program = doc.analysis.complete_program()  # every access needs its superscript
-    else:
-        program = canonical_program(doc.analysis)
-    out = print_program(program, "compact" if args.compact else "canonical")
     if args.compact:
-        out += "\n"
+        # Every access needs its superscript; a file that does not check is
+        # laid out only (what to declare is unknown).
+        out = print_program(doc.analysis.complete_program() if doc.analysis.ok else doc.program, "compact") + "\n"
+    else:
+        out = canonical_text(doc.parsed, doc.analysis)  # what the editor's formatting gives
     if args.write:
         if out != text:
             write_atomic(Path(args.file), out)

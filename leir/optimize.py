@@ -432,7 +432,7 @@ def rank(analysis: Analysis, target: str = "llvm") -> list[Ranked]:
     ranked = []
     for c in transforms.candidates(ctx, None, only=only):
         try:
-            score, facts = _score(ctx, c.step, target)
+            score, facts = score_step(ctx, c.step, target)
         except LeirError:
             score, facts = 1.0, ()
         ranked.append(Ranked(c.step, c.title, score, facts))
@@ -461,7 +461,9 @@ def _share(ctx, step) -> float:
     return _iterations(ctx.equation_of_block(args["block"])) / total
 
 
-def _score(ctx, step, target: str) -> tuple[float, tuple[str, ...]]:
+def score_step(ctx, step, target: str) -> tuple[float, tuple[str, ...]]:
+    """The heuristic score of ``step`` in ``ctx`` (a ``leir.transforms.Context``) for
+    ``target``, and the facts it was read from: what ``rank`` orders by."""
     try:
         share = _share(ctx, step)
     except LeirError:

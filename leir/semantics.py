@@ -155,6 +155,13 @@ def analyze(program: A.Program) -> Analysis:
     return _Analyzer(program).run()
 
 
+def classify(program: A.Program) -> list[EquationInfo]:
+    """The equations of ``program`` classified (assign, reduce, update;
+    their loops and axes) without the checks ``analyze`` runs, for a program
+    known to be valid (a loop rewrite of a checked one)."""
+    return _Analyzer(program).classify()
+
+
 def reduction_shape(eq: A.Equation) -> tuple[str | None, A.Expr | None]:
     """The combiner and combined operand if ``eq`` reads its own element in
     a reduction shape (``C = C + e``, ``C = e + C``, ``C = C - e``,

@@ -214,7 +214,7 @@ class MeasuredLookup:
         """The lookup matching a ``MeasurementEngine`` (its target, device and cache)."""
         if engine.cache is None:
             return None
-        return cls(engine._target_key, engine.device, engine.toolchain, engine.cache,
+        return cls(engine.target_key, engine.device, engine.toolchain, engine.cache,
                    outcomes if outcomes is not None else _default_outcomes())
 
     def measured(self, analysis: Analysis) -> "Measurement | None":
@@ -338,7 +338,7 @@ def _scores(ctx, steps, target: str) -> dict[str, tuple[float, tuple[str, ...]]]
     """``leir.optimize.rank``'s score and facts of each of ``steps`` (the ones
     at the cursor: ranking every step of a large program would take seconds);
     steps the search never takes score 0."""
-    from leir.optimize import SEARCHED, _score
+    from leir.optimize import SEARCHED, score_step
 
     # rank() knows "llvm" and "cuda"; an RPC device runs one of them.
     kind = "cuda" if "cuda" in target else "llvm"
@@ -349,7 +349,7 @@ def _scores(ctx, steps, target: str) -> dict[str, tuple[float, tuple[str, ...]]]
             out[step.key] = (0.0, ())
             continue
         try:
-            out[step.key] = _score(ctx, step, kind)
+            out[step.key] = score_step(ctx, step, kind)
         except LeirError:
             out[step.key] = (1.0, ())  # as rank() scores a step it cannot reason about
     return out
@@ -381,7 +381,7 @@ def _leir_suggestions(doc, at: int | None, target: str, measured: MeasuredLookup
 def _tvmscript_suggestions(text: str, at: int | None, kernel: str | None, target: str,
                            measured: MeasuredLookup | None, only: tuple[str, ...] | None = None) -> list[Suggestion]:
     from leir import transforms
-    from leir.transforms.tvmscript import _retitle
+    from leir.transforms.tvmscript import retitle
 
     k = kernel_at(text, kernel, at)
     ctx = k.ctx
@@ -408,6 +408,6 @@ def _tvmscript_suggestions(text: str, at: int | None, kernel: str | None, target
         step = Step(c.step.id, tir_args)
         score, facts = scores.get(c.step.key, (0.0, ()))
         after = measured.after(digest, step, tvmscript_namespace(k.name)) if digest is not None else None
-        out.append(Suggestion(step, _retitle(c.title, c.step.args, tir_args), k.python_span(c.span), k.name,
+        out.append(Suggestion(step, retitle(c.title, c.step.args, tir_args), k.python_span(c.span), k.name,
                               score, facts, before, after))
     return out

@@ -35,7 +35,8 @@ def add_parser(sub) -> None:
     b.add_argument("--repeat", type=int, default=3, metavar="R", help="timed runs per measurement (default 3)")
     b.add_argument("--min-run-ms", type=float, default=2.0, metavar="MS", help="least duration of a timed run (default 2)")
     b.add_argument("--verify", choices=["engine", "full"], default="engine",
-                   help="engine: the engine's build check + NumPy equivalence (default); full: leir.transforms.verify")
+                   help="engine (default): each kernel checked by the measurement engine against the NumPy evaluation "
+                        "of the trajectory's start program on seeds 0, 1, 2; full: leir.transforms.verify")
     b.add_argument("--only", nargs="+", metavar="FILE", default=[], help="only these workload file names")
     b.add_argument("--shard", metavar="I/N", type=_shard,
                    help="build only every N-th workload from the I-th (0-based): N machines, one dataset")

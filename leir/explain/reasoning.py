@@ -1041,9 +1041,9 @@ def _relabelled(before: Analysis, program: A.Program) -> Analysis:
     and only the equations are classified again. The full ``analyze``
     would re-run its checks, which enumerate iteration spaces (100 ms on
     a convolution): the step's own preconditions already hold."""
-    from leir.semantics import _Analyzer
+    from leir.semantics import classify
 
-    return Analysis(program, dict(before.tensors), _Analyzer(program).classify(), [])
+    return Analysis(program, dict(before.tensors), classify(program), [])
 
 
 class _Unpredictable(Exception):

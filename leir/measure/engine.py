@@ -220,9 +220,11 @@ class MeasurementEngine:
         if self.workers < 1:
             raise LeirError(f"workers {self.workers}: at least one is needed")
         self.toolchain = default_toolchain()
-        self._target_key = self.target
+        #: The target as measurement keys name it: with the RPC device's
+        #: ``mcpu``/``arch`` when they are given.
+        self.target_key = self.target
         if self.rpc is not None:
-            self._target_key += "".join(f" {k}={v}" for k, v in (("mcpu", self.rpc.mcpu), ("arch", self.rpc.arch)) if v)
+            self.target_key += "".join(f" {k}={v}" for k, v in (("mcpu", self.rpc.mcpu), ("arch", self.rpc.arch)) if v)
         if cache is True:
             self.cache: MeasurementCache | None = MeasurementCache()
         elif cache is False or cache is None:
@@ -381,7 +383,7 @@ class MeasurementEngine:
         if self._closing:
             raise EngineClosed("the measurement engine is closed")
         repeat = repeat or self.repeat
-        key = measurement_key(analysis, self._target_key, self.device, self.toolchain)
+        key = measurement_key(analysis, self.target_key, self.device, self.toolchain)
         cost = program_cost(analysis)
         future = MeasurementFuture(self, label, key)
         if on_phase is not None:
@@ -833,7 +835,7 @@ class MeasurementEngine:
                 s.median_ms, s.min_ms, s.max_ms, s.runs, s.spread, self.target, self.device, True,
                 {name: Comparison(**c) for name, c in data["comparisons"].items()}, False, None, None,
                 mean_ms=s.mean_ms, number=s.number, results_ms=s.results_ms, measured_at=data.get("measured_at"),
-                key=measurement_key(analysis, self._target_key, self.device, self.toolchain), notes=notes,
+                key=measurement_key(analysis, self.target_key, self.device, self.toolchain), notes=notes,
             )
             sides.append((self._complete(m, program_cost(analysis), job.future.label),
                           tuple(summarize(r).median_ms for r in data["rounds_seconds"])))

@@ -602,11 +602,11 @@ def tvmscript_candidates(text: str, kernel: str | None = None, at: int | None = 
         args = k.to_tir(c.step.args, scheduled)
         if args is None:
             continue
-        out.append(Candidate(Step(c.step.id, args), _retitle(c.title, c.step.args, args), k.python_span(c.span)))
+        out.append(Candidate(Step(c.step.id, args), retitle(c.title, c.step.args, args), k.python_span(c.span)))
     return out
 
 
-def _retitle(title: str, leir_args: dict, tir_args: dict) -> str:
+def retitle(title: str, leir_args: dict, tir_args: dict) -> str:
     """The title with the LEIR name of a block replaced by the kernel's."""
     for key in _BLOCK_KEYS:
         old, new = leir_args.get(key), tir_args.get(key)
