@@ -615,6 +615,22 @@ def test_every_precondition_has_a_refusal_test(module):
     assert {name[len(prefix):].replace("_", "-") for name in globals() if name.startswith(prefix)} == own
 
 
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.ID)
+def test_every_typed_error_is_exported_under_its_name(module):
+    """The errors are made from their reasons (``_rows.refusals``) and
+    unpacked into names by position: each name must hold its own error, or
+    ``module.NoMax`` raises another code and errors do not unpickle."""
+    import pickle
+
+    # attention_without_scores finds the softmax's sum from the divisor.
+    aliases = {"not-sum-of-exp": "not-weighted-sum"} if module is attention_without_scores else {}
+    for reason, error in module.ERRORS.items():
+        assert getattr(module, error.__name__) is error
+        assert error.__module__ == module.__name__
+        assert error.code == f"{module.ID}-{aliases.get(reason, reason)}"
+        assert type(pickle.loads(pickle.dumps(error("short", "detail", None)))) is error
+
+
 def test_prefix_max_fail_not_max():
     _refused(prefix_max, "not-max")
 

@@ -10,13 +10,16 @@ loop order may differ from unit to unit; loops correspond when the indices
 of the tensors the units share line up.
 
 A failed precondition is a ``Refusal`` with a reason key; each
-transformation turns it into its own typed error (``<id>-<reason>``).
+transformation turns it into its own typed error (``<id>-<reason>``),
+made from the reason by ``refusals``. ``candidates``, ``check`` and
+``apply_step`` are what the step modules' entry points share around their
+own ``match``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import NoReturn
+from typing import Callable, NoReturn, Protocol, TypeVar
 
 from leir import affine
 from leir import ast as A
@@ -24,7 +27,7 @@ from leir import value_types as VT
 from leir.ast import Span
 from leir.printer import print_expr
 from leir.semantics import EquationInfo
-from leir.transforms.base import Context, NotApplicable, Step, str_arg
+from leir.transforms.base import Candidate, Context, NotApplicable, Step, str_arg
 from leir.transforms.rewrite import fresh_name, item_at, names_in, replace_at, substitute
 
 # ----------------------------------------------------------------- refusals
@@ -45,6 +48,26 @@ def refuse(reason: str, short: str, detail: str, span: Span | None) -> NoReturn:
 def typed(errors: dict[str, type[NotApplicable]], refusal: Refusal) -> NotApplicable:
     """The transformation's typed error for a refusal."""
     return errors[refusal.reason](refusal.short, refusal.detail, refusal.span)
+
+
+#: The reasons ``row_reduction`` refuses a reduction for.
+ROW_REDUCTION_REASONS = ("init-explicit", "guarded", "not-one-axis", "loop-start-not-zero", "not-alone",
+                         "rows-not-distinct")
+#: The reasons ``match_softmax`` refuses a sum of exp for (its shape,
+#: ``not-sum-of-exp``, aside: a caller may have checked it another way).
+SOFTMAX_REASONS = ("no-max",) + ROW_REDUCTION_REASONS + ("not-siblings", "different-axis", "different-rows",
+                                                         "different-operand", "interleaved")
+#: The reasons ``one_pass_rows`` refuses a softmax for.
+ONE_PASS_REASONS = ("integer-max", "vectorized-row-loop")
+
+
+def refusals(transform_id: str, module: str, reasons: tuple[str, ...]) -> dict[str, type[NotApplicable]]:
+    """A typed error per reason, in order, named after it (``no-max`` ->
+    ``NoMax``) with the code ``<transform_id>-<reason>``. The module
+    exports each under that name (errors are pickled by name)."""
+    return {reason: type("".join(w.capitalize() for w in reason.split("-")), (NotApplicable,),
+                         {"code": f"{transform_id}-{reason}", "__module__": module})
+            for reason in reasons}
 
 
 def text(node: A.Expr | A.Equation) -> str:
@@ -102,6 +125,11 @@ class RowReduction:
     @property
     def position(self) -> int:
         return self.path[-1]
+
+    @property
+    def members(self) -> frozenset[int]:
+        """The equations a step on this reduction rewrites."""
+        return frozenset({self.info.index})
 
 
 def equation_count(item: A.Item) -> int:
@@ -293,6 +321,11 @@ class Softmax:
     score: A.Expr
     #: Z's index in the max unit's loop variables.
     sum_index: tuple[A.Expr, ...]
+
+    @property
+    def members(self) -> frozenset[int]:
+        """The equations a step on this softmax rewrites."""
+        return frozenset({self.max.info.index, self.sum.info.index})
 
 
 def is_sum_of_exp(info: EquationInfo) -> bool:
@@ -561,6 +594,16 @@ def replace_group(program: A.Program, parent: tuple[int, ...], positions: list[i
 # ---------------------------------------------------------------- candidates
 
 
+class _Match(Protocol):
+    """What a step's ``match`` finds: a row reduction, a softmax..."""
+
+    @property
+    def members(self) -> frozenset[int]: ...
+
+
+Matched = TypeVar("Matched", bound=_Match)
+
+
 def selected(ctx: Context, at: int | None) -> set[int] | None:
     """Indices of the equations a cursor selects: the equation it is on,
     else those under the loop whose header it is on or that enclose it;
@@ -579,3 +622,41 @@ def block_arg(ctx: Context, args: dict, step_id: str) -> EquationInfo:
 
 def step(step_id: str, ctx: Context, info: EquationInfo) -> Step:
     return Step(step_id, {"block": ctx.block_names[info.index]})
+
+
+def candidates(ctx: Context, at: int | None, step_id: str, shaped: Callable[[EquationInfo], bool],
+               match: Callable[[Context, EquationInfo], Matched], title: Callable[[Matched], str]) -> list[Candidate]:
+    """A step on each equation that ``shaped`` lets through (a cheap test
+    of its form: listings do not build the refusal messages of every
+    equation) and ``match`` accepts, when the cursor selects one of the
+    equations the match rewrites (its ``members``)."""
+    chosen = selected(ctx, at)
+    out = []
+    for info in ctx.analysis.equations:
+        if not shaped(info):
+            continue
+        try:
+            found = match(ctx, info)
+        except Refusal:
+            continue
+        if chosen is not None and not chosen & found.members:
+            continue
+        out.append(Candidate(step(step_id, ctx, info), title(found), info.equation.span))
+    return out
+
+
+def check(ctx: Context, args: dict, step_id: str, match: Callable[[Context, EquationInfo], object],
+          errors: dict[str, type[NotApplicable]]) -> None:
+    """Raise the typed error of the first precondition the step's block fails."""
+    info = block_arg(ctx, args, step_id)
+    try:
+        match(ctx, info)
+    except Refusal as refusal:
+        raise typed(errors, refusal) from None
+
+
+def apply_step(step_id: str, program, block: str):
+    """Apply the step ``step_id`` to ``block`` and return the new program."""
+    from leir.transforms import apply
+
+    return apply(program, Step(step_id, {"block": block}))

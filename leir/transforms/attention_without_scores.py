@@ -108,7 +108,7 @@ from dataclasses import dataclass
 from leir import ast as A
 from leir.semantics import EquationInfo
 from leir.transforms import _rows as R
-from leir.transforms.base import Candidate, Context, NotApplicable, Step
+from leir.transforms.base import Candidate, Context
 from leir.transforms.online_softmax import RunningRow
 
 ID = "attention_without_scores"
@@ -117,85 +117,15 @@ TITLE = "One-pass attention"
 STEPTP = "flashattention_wo_tiling"
 
 
-class NotWeightedSum(NotApplicable):
-    code = "attention_without_scores-not-weighted-sum"
-
-
-class NoMax(NotApplicable):
-    code = "attention_without_scores-no-max"
-
-
-class InitExplicit(NotApplicable):
-    code = "attention_without_scores-init-explicit"
-
-
-class Guarded(NotApplicable):
-    code = "attention_without_scores-guarded"
-
-
-class NotOneAxis(NotApplicable):
-    code = "attention_without_scores-not-one-axis"
-
-
-class LoopStartNotZero(NotApplicable):
-    code = "attention_without_scores-loop-start-not-zero"
-
-
-class NotAlone(NotApplicable):
-    code = "attention_without_scores-not-alone"
-
-
-class RowsNotDistinct(NotApplicable):
-    code = "attention_without_scores-rows-not-distinct"
-
-
-class NotSiblings(NotApplicable):
-    code = "attention_without_scores-not-siblings"
-
-
-class DifferentAxis(NotApplicable):
-    code = "attention_without_scores-different-axis"
-
-
-class DifferentRows(NotApplicable):
-    code = "attention_without_scores-different-rows"
-
-
-class DifferentOperand(NotApplicable):
-    code = "attention_without_scores-different-operand"
-
-
-class Interleaved(NotApplicable):
-    code = "attention_without_scores-interleaved"
-
-
-class IntegerMax(NotApplicable):
-    code = "attention_without_scores-integer-max"
-
-
-class VectorizedRowLoop(NotApplicable):
-    code = "attention_without_scores-vectorized-row-loop"
-
-
+_OWN = R.refusals(ID, __name__, ("not-weighted-sum",) + R.SOFTMAX_REASONS + R.ONE_PASS_REASONS)
+(NotWeightedSum, NoMax, InitExplicit, Guarded, NotOneAxis, LoopStartNotZero, NotAlone, RowsNotDistinct, NotSiblings,
+ DifferentAxis, DifferentRows, DifferentOperand, Interleaved, IntegerMax, VectorizedRowLoop) = _OWN.values()
 ERRORS = {
     "not-weighted-sum": NotWeightedSum,
     # The softmax's sum is found from the weighted sum; its shape is
     # checked there, so "not-sum-of-exp" means the divisor is no softmax sum.
     "not-sum-of-exp": NotWeightedSum,
-    "no-max": NoMax,
-    "init-explicit": InitExplicit,
-    "guarded": Guarded,
-    "not-one-axis": NotOneAxis,
-    "loop-start-not-zero": LoopStartNotZero,
-    "not-alone": NotAlone,
-    "rows-not-distinct": RowsNotDistinct,
-    "not-siblings": NotSiblings,
-    "different-axis": DifferentAxis,
-    "different-rows": DifferentRows,
-    "different-operand": DifferentOperand,
-    "interleaved": Interleaved,
-    "integer-max": IntegerMax,
-    "vectorized-row-loop": VectorizedRowLoop,
+    **_OWN,
 }
 
 #: Loop kinds a loop nested inside the key loop keeps; parallel and
@@ -232,6 +162,13 @@ class Attention:
     times: tuple[A.Expr, ...]
     divided: tuple[A.Expr, ...]
     scores: Scores | None
+
+    @property
+    def members(self) -> frozenset[int]:
+        """The equations the step rewrites: the softmax's, the weighted
+        sum, and the scores' when they are recomputed in place."""
+        scores = {self.scores.info.index} if self.scores is not None else set()
+        return self.softmax.members | {self.out.info.index} | scores
 
 
 def _factors(e: A.Expr) -> tuple[list[A.Expr], list[A.Expr]]:
@@ -376,38 +313,24 @@ def _scores(ctx: Context, sm: R.Softmax, out: R.RowReduction, weights: tuple[A.E
     return scores
 
 
+def _weighted_sum_shaped(ctx: Context, info: EquationInfo) -> bool:
+    """What ``match`` refuses first, without building its message."""
+    return (info.combiner == "sum" and info.kind != "assign" and info.operand is not None
+            and _softmax_factors(ctx, *_factors(info.operand)) is not None)
+
+
+def _title(att: Attention) -> str:
+    x = att.softmax.score
+    how = f"recomputing {x.tensor} in place" if att.scores is not None else f"reading {R.text(x)}"
+    return f"One-pass attention into {att.out.tensor}: online softmax over {att.softmax.max.axis.var}, {how}"
+
+
 def candidates(ctx: Context, at: int | None) -> list[Candidate]:
-    chosen = R.selected(ctx, at)
-    out = []
-    for info in ctx.analysis.equations:
-        if info.combiner != "sum" or info.kind == "assign" or info.operand is None:
-            continue
-        if _softmax_factors(ctx, *_factors(info.operand)) is None:
-            continue  # what match refuses first, without building its message
-        try:
-            att = match(ctx, info)
-        except R.Refusal:
-            continue
-        sm = att.softmax
-        members = {sm.max.info.index, sm.sum.info.index, info.index}
-        if att.scores is not None:
-            members.add(att.scores.info.index)
-        if chosen is not None and not chosen & members:
-            continue
-        x = sm.score
-        how = (f"recomputing {x.tensor} in place" if att.scores is not None
-               else f"reading {R.text(x)}")
-        title = f"One-pass attention into {att.out.tensor}: online softmax over {sm.max.axis.var}, {how}"
-        out.append(Candidate(R.step(ID, ctx, info), title, info.equation.span))
-    return out
+    return R.candidates(ctx, at, ID, lambda info: _weighted_sum_shaped(ctx, info), match, _title)
 
 
 def check(ctx: Context, args: dict) -> None:
-    info = R.block_arg(ctx, args, ID)
-    try:
-        match(ctx, info)
-    except R.Refusal as refusal:
-        raise R.typed(ERRORS, refusal) from None
+    R.check(ctx, args, ID, match, ERRORS)
 
 
 def rewrite(ctx: Context, args: dict) -> A.Program:
@@ -479,6 +402,4 @@ def rewrite(ctx: Context, args: dict) -> A.Program:
 
 def attention_without_scores(program, block: str):
     """Apply the step (see the module docstring) and return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(ID, {"block": block}))
+    return R.apply_step(ID, program, block)

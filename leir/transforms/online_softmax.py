@@ -84,7 +84,7 @@ from dataclasses import replace
 
 from leir import ast as A
 from leir.transforms import _rows as R
-from leir.transforms.base import Candidate, Context, NotApplicable, Step
+from leir.transforms.base import Candidate, Context
 
 ID = "online_softmax"
 TITLE = "Online softmax"
@@ -92,83 +92,9 @@ TITLE = "Online softmax"
 STEPTP = "online_softmax"
 
 
-class NotSumOfExp(NotApplicable):
-    code = "online_softmax-not-sum-of-exp"
-
-
-class NoMax(NotApplicable):
-    code = "online_softmax-no-max"
-
-
-class InitExplicit(NotApplicable):
-    code = "online_softmax-init-explicit"
-
-
-class Guarded(NotApplicable):
-    code = "online_softmax-guarded"
-
-
-class NotOneAxis(NotApplicable):
-    code = "online_softmax-not-one-axis"
-
-
-class LoopStartNotZero(NotApplicable):
-    code = "online_softmax-loop-start-not-zero"
-
-
-class NotAlone(NotApplicable):
-    code = "online_softmax-not-alone"
-
-
-class RowsNotDistinct(NotApplicable):
-    code = "online_softmax-rows-not-distinct"
-
-
-class NotSiblings(NotApplicable):
-    code = "online_softmax-not-siblings"
-
-
-class DifferentAxis(NotApplicable):
-    code = "online_softmax-different-axis"
-
-
-class DifferentRows(NotApplicable):
-    code = "online_softmax-different-rows"
-
-
-class DifferentOperand(NotApplicable):
-    code = "online_softmax-different-operand"
-
-
-class Interleaved(NotApplicable):
-    code = "online_softmax-interleaved"
-
-
-class IntegerMax(NotApplicable):
-    code = "online_softmax-integer-max"
-
-
-class VectorizedRowLoop(NotApplicable):
-    code = "online_softmax-vectorized-row-loop"
-
-
-ERRORS = {
-    "not-sum-of-exp": NotSumOfExp,
-    "no-max": NoMax,
-    "init-explicit": InitExplicit,
-    "guarded": Guarded,
-    "not-one-axis": NotOneAxis,
-    "loop-start-not-zero": LoopStartNotZero,
-    "not-alone": NotAlone,
-    "rows-not-distinct": RowsNotDistinct,
-    "not-siblings": NotSiblings,
-    "different-axis": DifferentAxis,
-    "different-rows": DifferentRows,
-    "different-operand": DifferentOperand,
-    "interleaved": Interleaved,
-    "integer-max": IntegerMax,
-    "vectorized-row-loop": VectorizedRowLoop,
-}
+ERRORS = R.refusals(ID, __name__, ("not-sum-of-exp",) + R.SOFTMAX_REASONS + R.ONE_PASS_REASONS)
+(NotSumOfExp, NoMax, InitExplicit, Guarded, NotOneAxis, LoopStartNotZero, NotAlone, RowsNotDistinct, NotSiblings,
+ DifferentAxis, DifferentRows, DifferentOperand, Interleaved, IntegerMax, VectorizedRowLoop) = ERRORS.values()
 
 
 def match(ctx: Context, info) -> R.Softmax:
@@ -177,29 +103,16 @@ def match(ctx: Context, info) -> R.Softmax:
     return sm
 
 
+def _title(sm: R.Softmax) -> str:
+    return f"Online softmax: compute {sm.max.tensor} and {sm.sum.tensor} in one pass over {sm.max.axis.var}"
+
+
 def candidates(ctx: Context, at: int | None) -> list[Candidate]:
-    chosen = R.selected(ctx, at)
-    out = []
-    for info in ctx.analysis.equations:
-        if not R.is_sum_of_exp(info):
-            continue
-        try:
-            sm = match(ctx, info)
-        except R.Refusal:
-            continue
-        if chosen is not None and not chosen & {sm.max.info.index, info.index}:
-            continue
-        title = f"Online softmax: compute {sm.max.tensor} and {sm.sum.tensor} in one pass over {sm.max.axis.var}"
-        out.append(Candidate(R.step(ID, ctx, info), title, info.equation.span))
-    return out
+    return R.candidates(ctx, at, ID, R.is_sum_of_exp, match, _title)
 
 
 def check(ctx: Context, args: dict) -> None:
-    info = R.block_arg(ctx, args, ID)
-    try:
-        match(ctx, info)
-    except R.Refusal as refusal:
-        raise R.typed(ERRORS, refusal) from None
+    R.check(ctx, args, ID, match, ERRORS)
 
 
 class RunningRow:
@@ -260,6 +173,4 @@ def rewrite(ctx: Context, args: dict) -> A.Program:
 
 def online_softmax(program, block: str):
     """Apply the step (see the module docstring) and return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(ID, {"block": block}))
+    return R.apply_step(ID, program, block)

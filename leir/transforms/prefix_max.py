@@ -56,7 +56,7 @@ from dataclasses import replace
 from leir import ast as A
 from leir.semantics import EquationInfo
 from leir.transforms import _rows as R
-from leir.transforms.base import Candidate, Context, NotApplicable, Step
+from leir.transforms.base import Candidate, Context
 
 ID = "prefix_max"
 TITLE = "Running maximum"
@@ -64,43 +64,8 @@ TITLE = "Running maximum"
 STEPTP = "normal_loop_max_to_prefix_max"
 
 
-class NotMax(NotApplicable):
-    code = "prefix_max-not-max"
-
-
-class InitExplicit(NotApplicable):
-    code = "prefix_max-init-explicit"
-
-
-class Guarded(NotApplicable):
-    code = "prefix_max-guarded"
-
-
-class NotOneAxis(NotApplicable):
-    code = "prefix_max-not-one-axis"
-
-
-class LoopStartNotZero(NotApplicable):
-    code = "prefix_max-loop-start-not-zero"
-
-
-class NotAlone(NotApplicable):
-    code = "prefix_max-not-alone"
-
-
-class RowsNotDistinct(NotApplicable):
-    code = "prefix_max-rows-not-distinct"
-
-
-ERRORS = {
-    "not-max": NotMax,
-    "init-explicit": InitExplicit,
-    "guarded": Guarded,
-    "not-one-axis": NotOneAxis,
-    "loop-start-not-zero": LoopStartNotZero,
-    "not-alone": NotAlone,
-    "rows-not-distinct": RowsNotDistinct,
-}
+ERRORS = R.refusals(ID, __name__, ("not-max",) + R.ROW_REDUCTION_REASONS)
+NotMax, InitExplicit, Guarded, NotOneAxis, LoopStartNotZero, NotAlone, RowsNotDistinct = ERRORS.values()
 
 
 def match(ctx: Context, info: EquationInfo) -> R.RowReduction:
@@ -112,27 +77,16 @@ def match(ctx: Context, info: EquationInfo) -> R.RowReduction:
     return R.row_reduction(ctx, info, "max")
 
 
+def _title(mx: R.RowReduction) -> str:
+    return f"Compute {mx.tensor} as a running maximum over {mx.axis.var}"
+
+
 def candidates(ctx: Context, at: int | None) -> list[Candidate]:
-    chosen = R.selected(ctx, at)
-    out = []
-    for info in ctx.analysis.equations:
-        if info.combiner != "max" or (chosen is not None and info.index not in chosen):
-            continue
-        try:
-            mx = match(ctx, info)
-        except R.Refusal:
-            continue
-        title = f"Compute {mx.tensor} as a running maximum over {mx.axis.var}"
-        out.append(Candidate(R.step(ID, ctx, info), title, info.equation.span))
-    return out
+    return R.candidates(ctx, at, ID, lambda info: info.combiner == "max", match, _title)
 
 
 def check(ctx: Context, args: dict) -> None:
-    info = R.block_arg(ctx, args, ID)
-    try:
-        match(ctx, info)
-    except R.Refusal as refusal:
-        raise R.typed(ERRORS, refusal) from None
+    R.check(ctx, args, ID, match, ERRORS)
 
 
 def rewrite(ctx: Context, args: dict) -> A.Program:
@@ -173,6 +127,4 @@ def prefix_max_items(build: R.Builder, mx: R.RowReduction) -> PrefixItems:
 
 def prefix_max(program, block: str):
     """Apply the step (see the module docstring) and return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(ID, {"block": block}))
+    return R.apply_step(ID, program, block)

@@ -78,7 +78,7 @@ from __future__ import annotations
 from leir import ast as A
 from leir.semantics import EquationInfo
 from leir.transforms import _rows as R
-from leir.transforms.base import Candidate, Context, NotApplicable, Step
+from leir.transforms.base import Candidate, Context
 from leir.transforms.prefix_max import prefix_max_items
 
 ID = "prefix_sum_exp"
@@ -87,98 +87,21 @@ TITLE = "Running sum of exponentials"
 STEPTP = "normal_loop_summation_on_exp_to_prefix_summation_on_exp"
 
 
-class NotSumOfExp(NotApplicable):
-    code = "prefix_sum_exp-not-sum-of-exp"
+ERRORS = R.refusals(ID, __name__, ("not-sum-of-exp",) + R.SOFTMAX_REASONS)
+(NotSumOfExp, NoMax, InitExplicit, Guarded, NotOneAxis, LoopStartNotZero, NotAlone, RowsNotDistinct, NotSiblings,
+ DifferentAxis, DifferentRows, DifferentOperand, Interleaved) = ERRORS.values()
 
 
-class NoMax(NotApplicable):
-    code = "prefix_sum_exp-no-max"
-
-
-class InitExplicit(NotApplicable):
-    code = "prefix_sum_exp-init-explicit"
-
-
-class Guarded(NotApplicable):
-    code = "prefix_sum_exp-guarded"
-
-
-class NotOneAxis(NotApplicable):
-    code = "prefix_sum_exp-not-one-axis"
-
-
-class LoopStartNotZero(NotApplicable):
-    code = "prefix_sum_exp-loop-start-not-zero"
-
-
-class NotAlone(NotApplicable):
-    code = "prefix_sum_exp-not-alone"
-
-
-class RowsNotDistinct(NotApplicable):
-    code = "prefix_sum_exp-rows-not-distinct"
-
-
-class NotSiblings(NotApplicable):
-    code = "prefix_sum_exp-not-siblings"
-
-
-class DifferentAxis(NotApplicable):
-    code = "prefix_sum_exp-different-axis"
-
-
-class DifferentRows(NotApplicable):
-    code = "prefix_sum_exp-different-rows"
-
-
-class DifferentOperand(NotApplicable):
-    code = "prefix_sum_exp-different-operand"
-
-
-class Interleaved(NotApplicable):
-    code = "prefix_sum_exp-interleaved"
-
-
-ERRORS = {
-    "not-sum-of-exp": NotSumOfExp,
-    "no-max": NoMax,
-    "init-explicit": InitExplicit,
-    "guarded": Guarded,
-    "not-one-axis": NotOneAxis,
-    "loop-start-not-zero": LoopStartNotZero,
-    "not-alone": NotAlone,
-    "rows-not-distinct": RowsNotDistinct,
-    "not-siblings": NotSiblings,
-    "different-axis": DifferentAxis,
-    "different-rows": DifferentRows,
-    "different-operand": DifferentOperand,
-    "interleaved": Interleaved,
-}
+def _title(sm: R.Softmax) -> str:
+    return f"Sum exp into {sm.sum.tensor} against the running maximum of {sm.max.tensor}, in one pass"
 
 
 def candidates(ctx: Context, at: int | None) -> list[Candidate]:
-    chosen = R.selected(ctx, at)
-    out = []
-    for info in ctx.analysis.equations:
-        if not R.is_sum_of_exp(info):
-            continue
-        try:
-            sm = R.match_softmax(ctx, info)
-        except R.Refusal:
-            continue
-        if chosen is not None and not chosen & {sm.max.info.index, info.index}:
-            continue
-        title = f"Sum exp into {sm.sum.tensor} against the running maximum of {sm.max.tensor}, in one pass"
-        out.append(Candidate(R.step(ID, ctx, info), title, info.equation.span))
-    return out
+    return R.candidates(ctx, at, ID, R.is_sum_of_exp, R.match_softmax, _title)
 
 
 def check(ctx: Context, args: dict) -> None:
-    info = R.block_arg(ctx, args, ID)
-    try:
-        R.match_softmax(ctx, info)
-    except R.Refusal as refusal:
-        raise R.typed(ERRORS, refusal) from None
+    R.check(ctx, args, ID, R.match_softmax, ERRORS)
 
 
 def rewrite(ctx: Context, args: dict) -> A.Program:
@@ -214,6 +137,4 @@ def rewrite(ctx: Context, args: dict) -> A.Program:
 
 def prefix_sum_exp(program, block: str):
     """Apply the step (see the module docstring) and return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(ID, {"block": block}))
+    return R.apply_step(ID, program, block)
