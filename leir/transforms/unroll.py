@@ -66,7 +66,8 @@ Example: too long to unroll
 
 from __future__ import annotations
 
-from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, loop_arg, tvm_loop
+from leir.transforms import _loop_kinds as K
+from leir.transforms.base import Context, LoopSite, NotApplicable
 from leir.transforms.parallelize import KIND_NAMES
 
 ID = "unroll"
@@ -106,15 +107,6 @@ def instances(ctx: Context, site: LoopSite) -> int:
     return total
 
 
-def candidates(ctx: Context, at: int | None) -> list[Candidate]:
-    out = []
-    for site in ctx.loops_at(at):
-        if _refusal(ctx, site) is None:
-            title = f"Unroll loop {site.loop.var} ({site.loop.extent} iterations)"
-            out.append(Candidate(Step(ID, ctx.loop_ref(site)), title, site.loop.span))
-    return out
-
-
 def _refusal(ctx: Context, site: LoopSite) -> NotApplicable | None:
     loop = site.loop
     if loop.kind != "L":
@@ -135,18 +127,10 @@ def _refusal(ctx: Context, site: LoopSite) -> NotApplicable | None:
     return None
 
 
-def check(ctx: Context, args: dict) -> None:
-    refusal = _refusal(ctx, loop_arg(ctx, args, ID))
-    if refusal is not None:
-        raise refusal
-
-
-def schedule(sch, ctx: Context, args: dict) -> None:
-    sch.unroll(tvm_loop(sch, args["block"], args["loop"]))
+candidates, check, schedule = K.entry_points(
+    ID, _refusal, lambda loop: f"Unroll loop {loop.var} ({loop.extent} iterations)", "unroll")
 
 
 def unroll(program, block: str, loop: str):
     """Apply an unrolling (see the module docstring) and return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(ID, {"block": block, "loop": loop}))
+    return K.apply_step(ID, program, block, loop)

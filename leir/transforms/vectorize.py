@@ -69,7 +69,8 @@ Example: not a reduction axis
 from __future__ import annotations
 
 from leir import ast as A
-from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, loop_arg, tvm_loop
+from leir.transforms import _loop_kinds as K
+from leir.transforms.base import Context, LoopSite, NotApplicable
 from leir.transforms.parallelize import KIND_NAMES, concurrency_problem, kind_loops
 
 ID = "vectorize"
@@ -120,15 +121,6 @@ class Dependence(NotApplicable):
 
 
 _PROBLEMS = {"reduction-axis": ReductionAxis, "not-compact-dataflow": NotCompactDataflow, "dependence": Dependence}
-
-
-def candidates(ctx: Context, at: int | None) -> list[Candidate]:
-    out = []
-    for site in ctx.loops_at(at):
-        if _refusal(ctx, site) is None:
-            title = f"Vectorize loop {site.loop.var} ({site.loop.extent} lanes)"
-            out.append(Candidate(Step(ID, ctx.loop_ref(site)), title, site.loop.span))
-    return out
 
 
 def _refusal(ctx: Context, site: LoopSite) -> NotApplicable | None:
@@ -189,18 +181,10 @@ def _temporary_refusal(ctx: Context, site: LoopSite) -> NotApplicable | None:
     return None
 
 
-def check(ctx: Context, args: dict) -> None:
-    refusal = _refusal(ctx, loop_arg(ctx, args, ID))
-    if refusal is not None:
-        raise refusal
-
-
-def schedule(sch, ctx: Context, args: dict) -> None:
-    sch.vectorize(tvm_loop(sch, args["block"], args["loop"]))
+candidates, check, schedule = K.entry_points(
+    ID, _refusal, lambda loop: f"Vectorize loop {loop.var} ({loop.extent} lanes)", "vectorize")
 
 
 def vectorize(program, block: str, loop: str):
     """Apply a vectorization (see the module docstring) and return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(ID, {"block": block, "loop": loop}))
+    return K.apply_step(ID, program, block, loop)
