@@ -255,3 +255,21 @@ def test_full_verification_builds_both_programs_with_tvm(tmp_path):
     for s in samples:
         records.validate(s)
         assert s["verification"]["method"] == "tvm" and s["verified"], s["verification"]
+
+
+def test_progress_counts_states_and_drops_those_of_a_trajectory_that_ends_early():
+    import io
+
+    from leir.dataset.build import _Progress
+
+    stream = io.StringIO()  # not a terminal: a line per finished trajectory
+    # 3 trajectories of at most 4 steps: one finished, one resumed after 2 states.
+    bar = _Progress(3, 1, 4, 4 + 2, stream=stream)
+    assert (bar.total, bar.done) == (12, 6)
+    bar.state(10, 9)
+    bar.trajectory(1, 10, 9)  # ended after 3 of its 4 states
+    assert (bar.total, bar.done) == (11, 7)
+    line = stream.getvalue()
+    assert line.startswith("leir dataset: 2/3 trajectories, 7/11 states, 10 samples (9 verified), ")
+    assert line.rstrip().endswith(" s") and "ETA" in line
+

@@ -584,13 +584,19 @@ def _resume_points(samples: list[dict], states: dict[str, int]) -> dict[str, "_R
 
 
 class _Progress:
-    """tqdm on a terminal; otherwise a line per finished trajectory with
-    the rate and an ETA (for logs)."""
+    """Progress in *states* (one per step of a trajectory; a trajectory has
+    at most ``steps``), so that the ETA moves with the work: trajectories
+    advance side by side and finish in bursts. A trajectory that ends early
+    takes its remaining states off the total. tqdm on a terminal; otherwise
+    a line per finished trajectory with the rate and the ETA (for logs)."""
 
-    def __init__(self, total: int, initial: int, stream=sys.stderr):
-        self.total, self.done, self.stream = total, initial, stream
+    def __init__(self, trajectories: int, trajectories_done: int, steps: int, states_done: int, stream=sys.stderr):
+        self.trajectories, self.trajectories_done, self.stream = trajectories, trajectories_done, stream
+        # A finished trajectory counts as ``steps`` states (its unused ones
+        # are neither done nor left).
+        self.total = trajectories * steps
+        self.done = self.initial = states_done
         self.start = time.monotonic()
-        self.initial = initial
         self.bar = None
         if stream.isatty():
             try:
@@ -598,19 +604,36 @@ class _Progress:
             except ImportError:
                 pass
             else:
-                self.bar = tqdm(total=total, initial=initial, unit="traj", file=stream, dynamic_ncols=True)
+                self.bar = tqdm(total=self.total, initial=states_done, unit="state", file=stream, dynamic_ncols=True)
 
-    def update(self, samples: int, verified: int) -> None:
+    def state(self, samples: int, verified: int) -> None:
+        """One more state's samples were committed."""
         self.done += 1
         if self.bar is not None:
             self.bar.set_postfix(samples=samples, verified=verified, refresh=False)
             self.bar.update(1)
+
+    def trajectory(self, unused_states: int, samples: int, verified: int) -> None:
+        """A trajectory ended, ``unused_states`` before its last step."""
+        self.trajectories_done += 1
+        self.total -= unused_states
+        if self.bar is not None:
+            self.bar.total = self.total
+            self.bar.set_postfix(samples=samples, verified=verified, traj=self.trajectories_done, refresh=False)
+            self.bar.refresh()
             return
-        elapsed = time.monotonic() - self.start
+        print(f"leir dataset: {self.trajectories_done}/{self.trajectories} trajectories, {self.done}/{self.total} "
+              f"states, {samples} samples ({verified} verified), {self.elapsed():.0f} s elapsed, "
+              f"ETA {self.eta():.0f} s", file=self.stream, flush=True)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def eta(self) -> float:
+        """Seconds left at this run's rate of states (an upper bound's worth:
+        trajectories that end early shorten it)."""
         run = self.done - self.initial
-        eta = elapsed / run * (self.total - self.done) if run else 0.0
-        print(f"leir dataset: {self.done}/{self.total} trajectories, {samples} samples ({verified} verified), "
-              f"{elapsed:.0f} s elapsed, ETA {eta:.0f} s", file=self.stream, flush=True)
+        return self.elapsed() / run * (self.total - self.done) if run else 0.0
 
     def close(self) -> None:
         if self.bar is not None:
@@ -718,7 +741,10 @@ def build(cfg: BuildConfig, engine=None, progress: bool = True) -> BuildSummary:
         owned = engine is None
         if owned:
             engine = _engine(cfg)
-        bar = _Progress(total, total - len(todo)) if progress else None
+        # Resumed trajectories have done the states up to their last committed one.
+        states_done = sum(point.next_index for point in resume.values() if point is not None)
+        bar = _Progress(total, total - len(todo), cfg.steps, (total - len(todo)) * cfg.steps + states_done) \
+            if progress else None
         counts = {"written": 0, "verified": 0, "measurements": 0, "hits": 0}
         with open(samples_path, "a", encoding="utf-8") as sink:
             try:
@@ -763,7 +789,7 @@ def _run(todo, cfg, engine, sink, existing, done, states, progress_path, counts,
         while queue and len(active) < wave:
             variant, k, resume = queue.pop(0)
             job = {"tid": f"{variant.workload}/{variant.name}/t{k}", "variant": variant, "k": k, "gen": None,
-                   "futures": [], "resume": resume}
+                   "futures": [], "resume": resume, "states": resume.next_index if resume is not None else 0}
             if resume is None:
                 job["futures"] = submit([variant.analysis], variant.analysis)
             active.append(job)
@@ -782,7 +808,7 @@ def _run(todo, cfg, engine, sink, existing, done, states, progress_path, counts,
             if job["gen"] is None:
                 if job["resume"] is None and (ms[0].error is not None or ms[0].median_ms is None):
                     log(f"{job['tid']}: the start program has no latency ({ms[0].error}); trajectory skipped")
-                    _finish(job, active, done, states, commit, counts, bar)
+                    _finish(job, active, done, states, commit, counts, bar, cfg.steps)
                     continue
                 job["gen"] = _trajectory(job["variant"], job["k"], cfg, ms[0] if ms else None, log, job["resume"])
                 request = next(job["gen"], None)
@@ -800,18 +826,21 @@ def _run(todo, cfg, engine, sink, existing, done, states, progress_path, counts,
                     counts["written"] += 1
                     counts["verified"] += sample["verified"]
                 commit()
+                job["states"] += 1
+                if bar is not None:
+                    bar.state(counts["written"], counts["verified"])
                 request = next(job["gen"], None)
             if request is None:
-                _finish(job, active, done, states, commit, counts, bar)
+                _finish(job, active, done, states, commit, counts, bar, cfg.steps)
             else:
                 job["futures"] = submit(request, job["variant"].analysis)
         start_next()
 
 
-def _finish(job, active, done, states, commit, counts, bar) -> None:
+def _finish(job, active, done, states, commit, counts, bar, steps: int) -> None:
     active.remove(job)
     done.add(job["tid"])
     states.pop(job["tid"], None)
     commit()
     if bar is not None:
-        bar.update(counts["written"], counts["verified"])
+        bar.trajectory(max(0, steps - job["states"]), counts["written"], counts["verified"])
