@@ -286,3 +286,20 @@ def test_closing_without_cancelling_finishes_the_queue(tmp_path):
     futures = [e.submit(scale(n)) for n in (116, 117)]
     e.close(cancel=False)
     assert all(f.result(timeout=0).error is None for f in futures)
+
+
+def test_a_worker_whose_engine_went_away_exits_quietly():
+    # A build killed mid-way (Ctrl-C, kill) closes the engine's end of each
+    # worker's pipe: the worker ends without a traceback on the terminal.
+    import subprocess
+    import sys
+
+    code = ("import multiprocessing as mp\n"
+            "from leir.measure import worker\n"
+            "engine_end, worker_end = mp.Pipe()\n"
+            "engine_end.close()\n"
+            "worker.main(worker_end, {'target': 'llvm'})\n"
+            "print('ended', flush=True)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "ended" in done.stderr + done.stdout

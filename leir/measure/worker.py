@@ -92,8 +92,41 @@ class _Built:
     checks: list = field(default_factory=list)
 
 
+class _EngineGone(Exception):
+    """The engine's end of the pipe is closed: it exited or was killed."""
+
+
 def main(conn, config: dict) -> None:
-    """The worker's loop (the target of the engine's ``Process``)."""
+    """The worker's process (the target of the engine's ``Process``): the
+    loop, ended quietly when the engine goes away (no traceback on a closed
+    pipe when a build is interrupted)."""
+    try:
+        _loop(_Pipe(conn), config)
+    except _EngineGone:
+        return
+
+
+class _Pipe:
+    """The worker's end of the pipe; a send or receive on a pipe the engine
+    closed raises ``_EngineGone``."""
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    def send(self, message) -> None:
+        try:
+            self.conn.send(message)
+        except (BrokenPipeError, ConnectionResetError, EOFError) as e:
+            raise _EngineGone from e
+
+    def recv(self):
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError) as e:
+            raise _EngineGone from e
+
+
+def _loop(conn: _Pipe, config: dict) -> None:
     os.dup2(2, 1)  # stdout may be the language server's protocol stream: TVM's prints go to stderr
     if config.get("threads"):
         # Before TVM starts its thread pool (at the first kernel): its default
@@ -108,10 +141,7 @@ def main(conn, config: dict) -> None:
     conn.send(("ready", runner.describe()))
     built: dict[int, _Built] = {}
     while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            return  # the engine went away
+        message = conn.recv()
         kind = message[0]
         if kind == "stop":
             return
@@ -132,6 +162,8 @@ def main(conn, config: dict) -> None:
                                           "exiting": failure.restart}))
             if failure.restart:
                 return  # the engine starts a fresh worker
+        except _EngineGone:
+            raise
         except BaseException as exc:  # noqa: BLE001 - the job fails with the reason, the worker lives on
             built.pop(job_id, None)
             reason = _describe(exc, config, "building" if kind == "build" else "timing")
