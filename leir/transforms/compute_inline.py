@@ -81,8 +81,8 @@ from __future__ import annotations
 
 from leir import ast as A
 from leir.semantics import EquationInfo
-from leir.transforms.base import BadStep, Candidate, Context, NotApplicable, Step
-from leir.transforms.compute_at import complete_refusal, dataflow, eq_text, stage_pipeline_problem
+from leir.transforms._producer_consumer import check_block, complete_refusal, dataflow, eq_text, stage_pipeline_refusal
+from leir.transforms.base import Candidate, Context, NotApplicable, Step
 
 ID = "compute_inline"
 TITLE = "Inline a computation"
@@ -129,12 +129,7 @@ def candidates(ctx: Context, at: int | None) -> list[Candidate]:
 
 
 def check(ctx: Context, args: dict) -> None:
-    block = args.get("block")
-    if not isinstance(block, str) or not block:
-        raise BadStep(f"{ID}: argument 'block' must be a name, got {block!r}")
-    refusal = _refusal(ctx, ctx.equation_of_block(block))
-    if refusal is not None:
-        raise refusal
+    check_block(ctx, args, ID, _refusal)
 
 
 def schedule(sch, ctx: Context, args: dict) -> None:
@@ -178,8 +173,4 @@ def _refusal(ctx: Context, info: EquationInfo) -> NotApplicable | None:
             f"{tensor} is not indexed by its loop variables",
             f"{eq_text(eq)}: every index of {tensor} must be a loop variable of its own, so that a read "
             f"{tensor}_{{...}} says which iteration computed it", eq.lhs.span)
-    problem = stage_pipeline_problem(ctx)
-    if problem is not None:
-        return NotStagePipeline(problem.short, f"TVM inlines only in a stage pipeline: {problem.detail}",
-                                problem.span)
-    return None
+    return stage_pipeline_refusal(ctx, NotStagePipeline, "inlines")

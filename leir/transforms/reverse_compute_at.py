@@ -98,23 +98,12 @@ from __future__ import annotations
 from leir import affine
 from leir import ast as A
 from leir.semantics import EquationInfo
-from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, tvm_loop
-from leir.transforms.compute_at import (
-    Interval,
-    access_text,
-    block_and_loop_args,
-    complete_refusal,
-    dataflow,
-    disjoint_dims,
-    enclosing_sites,
-    eq_text,
-    interval,
-    missing_thread_axes,
-    region_misfit,
-    stage_pipeline_problem,
-    tidy_moved,
+from leir.transforms._producer_consumer import (
+    Interval, access_text, attach_candidates, attach_check, attach_tidy, box_union, complete_refusal, dataflow,
+    disjoint_dims, encloses_refusal, eq_text, kernel_loop_refusal, region_misfit, stage_pipeline_refusal,
     write_index_problem,
 )
+from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, tvm_loop
 
 ID = "reverse_compute_at"
 TITLE = "Compute at a producer's loop"
@@ -173,26 +162,12 @@ class Race(NotApplicable):
 
 
 def candidates(ctx: Context, at: int | None) -> list[Candidate]:
-    out = []
-    flow = dataflow(ctx)
-    for info in ctx.equations_at(at):
-        if _consumer_refusal(ctx, info) is not None:
-            continue
-        last = flow.producers(info)[-1]
-        name, last_name = ctx.block_names[info.index], ctx.block_names[last.index]
-        for site in enclosing_sites(ctx, last):
-            if _loop_refusal(ctx, info, site) is None:
-                args = {"block": name, "at": ctx.loop_ref(site)}
-                title = f"Compute {name} at loop {site.loop.var} of {last_name}"
-                out.append(Candidate(Step(ID, args), title, info.equation.span))
-    return out
+    return attach_candidates(ctx, at, ID, _consumer_refusal, _loop_refusal,
+                             partner=lambda flow, info: flow.producers(info)[-1])
 
 
 def check(ctx: Context, args: dict) -> None:
-    info, site = block_and_loop_args(ctx, args, ID)
-    refusal = _consumer_refusal(ctx, info) or _loop_refusal(ctx, info, site)
-    if refusal is not None:
-        raise refusal
+    attach_check(ctx, args, ID, _consumer_refusal, _loop_refusal)
 
 
 def schedule(sch, ctx: Context, args: dict) -> None:
@@ -203,9 +178,7 @@ def schedule(sch, ctx: Context, args: dict) -> None:
 def tidy(ctx: Context, args: dict, program: A.Program) -> A.Program:
     """The moved consumer's new loops named after its own loops where they
     run over the same range."""
-    info = ctx.equation_of_block(args["block"])
-    site = ctx.loop_site(args["at"]["block"], args["at"]["loop"])
-    return tidy_moved(program, info, site.depth + 1)
+    return attach_tidy(ctx, args, program)
 
 
 def reverse_compute_at(program, block: str, at: dict):
@@ -244,11 +217,7 @@ def _consumer_refusal(ctx: Context, info: EquationInfo) -> NotApplicable | None:
             return IndexNotLoops(
                 f"{name} reads {tensor} at an index TVM cannot invert",
                 f"{eq_text(eq)}: {problem}; TVM finds the consumer's loops from the elements it reads", reads[0].span)
-    problem = stage_pipeline_problem(ctx)
-    if problem is not None:
-        return NotStagePipeline(problem.short, f"TVM moves equations only in a stage pipeline: {problem.detail}",
-                                problem.span)
-    return None
+    return stage_pipeline_refusal(ctx, NotStagePipeline, "moves equations")
 
 
 def _computed_reads(ctx: Context, info: EquationInfo) -> list[str]:
@@ -284,11 +253,9 @@ def _loop_refusal(ctx: Context, info: EquationInfo, site: LoopSite) -> NotApplic
     eq = info.equation
     loop = site.loop
     name = ctx.block_names[info.index]
-    if info.index in site.equations:
-        return LoopEnclosesBlock(
-            f"loop {loop.var} already encloses {name}",
-            f"{name} is already inside loop {loop.var}; compute it at a loop of the equations that compute what it "
-            f"reads", loop.span)
+    refusal = encloses_refusal(ctx, info, site, LoopEnclosesBlock, "the equations that compute what it reads")
+    if refusal is not None:
+        return refusal
     producers = flow.producers(info)
     outside = next((p for p in producers if p.index not in site.equations), None)
     if outside is not None:
@@ -297,18 +264,9 @@ def _loop_refusal(ctx: Context, info: EquationInfo, site: LoopSite) -> NotApplic
             f"every equation computing what {name} reads must be inside loop {loop.var}, where {name} will be "
             f"computed; {eq_text(outside.equation)} is not", outside.equation.span)
     path = site.outer + (loop,)
-    vector = next((l for l in path if l.kind == "V"), None)
-    if vector is not None:
-        return VectorLoop(
-            f"loop {vector.var} is vectorized",
-            f"{name} would go inside vectorized loop {vector.var}, which TVM vectorizes only as the innermost loop",
-            vector.span)
-    missing = missing_thread_axes(ctx, site, path)
-    if missing:
-        return ThreadLoop(
-            f"loop {loop.var} is outside thread axis {missing[0]}",
-            f"loop {loop.var} is in a kernel that also binds {', '.join(missing)}; every thread would run {name} "
-            f"there; compute it at a loop inside all the kernel's thread-bound loops", loop.span)
+    refusal = kernel_loop_refusal(ctx, name, site, path, VectorLoop, ThreadLoop)
+    if refusal is not None:
+        return refusal
     for l in path:
         unfinished = next((p for p in producers if l.var not in affine.index_vars(p.equation.lhs)), None)
         if unfinished is not None:
@@ -344,21 +302,10 @@ def _loop_refusal(ctx: Context, info: EquationInfo, site: LoopSite) -> NotApplic
 
 
 def _write_region(writers: list[EquationInfo], depth: int) -> list[Interval] | str:
-    region: list[Interval | None] = []
-    for w in writers:
-        relaxed = affine.loop_ranges(w.loops[depth:])
-        indices = w.equation.lhs.indices or ()
-        region += [None] * (len(indices) - len(region))
-        for d, index in enumerate(indices):
-            form = affine.linearize(index)
-            if form is None:
-                return f"{access_text(w.equation.lhs)} has an index that is not affine"
-            part = interval(form, relaxed)
-            old = region[d]
-            if old is not None and old.sym != part.sym:
-                return f"{access_text(w.equation.lhs)} and another write differ in the loops outside"
-            region[d] = part if old is None else Interval(part.sym, min(old.lo, part.lo), max(old.hi, part.hi))
-    return region
+    """Per dimension, the box of elements the writers write in one
+    iteration of the loop at ``depth`` (loops inside it vary), or why it is
+    not one."""
+    return box_union(((w.equation.lhs, affine.loop_ranges(w.loops[depth:])) for w in writers), "another write")
 
 
 def _own_elements(ctx: Context, info: EquationInfo, producers: list[EquationInfo], loop: A.Loop, path) -> bool:

@@ -64,15 +64,10 @@ from __future__ import annotations
 from leir import affine
 from leir import ast as A
 from leir.semantics import EquationInfo
-from leir.transforms.base import BadStep, Candidate, Context, NotApplicable, Step
-from leir.transforms.compute_at import (
-    access_text,
-    complete_refusal,
-    dataflow,
-    eq_text,
-    stage_pipeline_problem,
-    write_index_problem,
+from leir.transforms._producer_consumer import (
+    access_text, check_block, complete_refusal, dataflow, eq_text, stage_pipeline_refusal, write_index_problem,
 )
+from leir.transforms.base import Candidate, Context, NotApplicable, Step
 
 ID = "reverse_compute_inline"
 TITLE = "Inline into the producer"
@@ -140,12 +135,7 @@ def candidates(ctx: Context, at: int | None) -> list[Candidate]:
 
 
 def check(ctx: Context, args: dict) -> None:
-    block = args.get("block")
-    if not isinstance(block, str) or not block:
-        raise BadStep(f"{ID}: argument 'block' must be a name, got {block!r}")
-    refusal = _refusal(ctx, ctx.equation_of_block(block))
-    if refusal is not None:
-        raise refusal
+    check_block(ctx, args, ID, _refusal)
 
 
 def schedule(sch, ctx: Context, args: dict) -> None:
@@ -237,11 +227,7 @@ def _refusal(ctx: Context, info: EquationInfo) -> NotApplicable | None:
             f"{tensor} is not written over all of {name}'s loops",
             f"{eq_text(producer.equation)} {uncovered}; {name} would not be computed everywhere",
             producer.equation.lhs.span)
-    problem = stage_pipeline_problem(ctx)
-    if problem is not None:
-        return NotStagePipeline(problem.short, f"TVM inlines only in a stage pipeline: {problem.detail}",
-                                problem.span)
-    return None
+    return stage_pipeline_refusal(ctx, NotStagePipeline, "inlines")
 
 
 def _other_reader(ctx: Context, info: EquationInfo, tensor: str) -> int | None:
