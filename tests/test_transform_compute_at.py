@@ -3,16 +3,10 @@ equations that read it (TVM's ``compute_at``)."""
 
 from __future__ import annotations
 
-import random
-import time
-from pathlib import Path
-
 import pytest
 
-from leir.document import load_leir
-from leir.semantics import analyze
-from leir.transforms import TransformError, apply, compute_at, verify
-from leir.transforms.base import Context, Step
+from leir.transforms import TransformError, apply, compute_at
+from leir.transforms.base import Step
 from leir.transforms.compute_at import (
     ConsumerOutside,
     Guarded,
@@ -29,8 +23,10 @@ from leir.transforms.compute_at import (
     VectorLoop,
 )
 from leir.transforms.testing import check_action, check_not_applicable
-
-EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.leir"))
+from producer_consumer import (
+    HALO, SPLIT_PRODUCER, check_offered_exactly_when_check_passes, check_steps_verify, context, every_block_and_loop,
+    programs, step, two_of,
+)
 
 SOFTMAX = """\
 L^{16}_{i}
@@ -47,21 +43,6 @@ L^{16}_{i}
   L^{10}_{j} [
     Y_{i,j} = exp(X_{i,j} - M_{i})/Z_{i};
   ];
-"""
-
-#: A 3x3 window over an elementwise producer (a halo of two rows and columns).
-HALO = """\
-L^{10}_{h}
-  L^{10}_{w} [
-    P_{h,w} = X_{h,w}*0.5;
-  ];
-
-L^{8}_{h}
-  L^{8}_{w}
-    L^{3}_{r}
-      L^{3}_{s} [
-        Y_{h,w} += P_{h+r,w+s}*K_{r,s};
-      ];
 """
 
 #: One thread per element, the temporary in registers.
@@ -84,16 +65,7 @@ B^{4}_{bx}
 MORE = {
     "halo": HALO,
     "gpu_local": GPU_LOCAL,
-    "split_producer": """\
-L^{4}_{io}
-  L^{8}_{ii} [
-    T_{io*8+ii} = X_{io*8+ii}*3.0;
-  ];
-
-L^{32}_{k} [
-  Y_{k} = T_{k} + 1.0;
-];
-""",
+    "split_producer": SPLIT_PRODUCER,
     "transpose": """\
 L^{16}_{i}
   L^{8}_{j} [
@@ -123,16 +95,6 @@ L^{8}_{i} [
 ];
 """,
 }
-
-
-def context(text: str) -> Context:
-    doc = load_leir(text)
-    assert doc.ok, [d.message for d in doc.diagnostics if d.is_error]
-    return Context(doc.analysis)
-
-
-def step(block: str, at_block: str, loop: str) -> dict:
-    return {"block": block, "at": {"block": at_block, "loop": loop}}
 
 
 # ---------------------------------------------------------------- actions
@@ -343,36 +305,18 @@ def test_compute_at_fail_race():
 # ------------------------------------------------------------ all programs
 
 
-def programs():
-    return [(p.stem, p.read_text()) for p in EXAMPLES] + sorted(MORE.items())
-
-
-@pytest.mark.parametrize("name,text", programs(), ids=lambda x: x if "\n" not in x else "")
+@pytest.mark.parametrize("name,text", programs(MORE), ids=lambda x: x if "\n" not in x else "")
 def test_offered_exactly_when_check_passes(name, text):
     ctx = context(text)
-    offered = [c.step.args for c in compute_at.candidates(ctx, None)]
-    for block in ctx.block_names:
-        for site in ctx.loop_sites:
-            args = {"block": block, "at": ctx.loop_ref(site)}
-            try:
-                compute_at.check(ctx, args)
-                passed = True
-            except TransformError:
-                passed = False
-            assert passed == (args in offered), f"{args}: check {'passes' if passed else 'fails'}"
+    check_offered_exactly_when_check_passes(compute_at, ctx, every_block_and_loop(ctx))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,text", programs(), ids=lambda x: x if "\n" not in x else "")
+@pytest.mark.parametrize("name,text", programs(MORE), ids=lambda x: x if "\n" not in x else "")
 def test_offered_steps_verify(name, text):
     """Every offered step, at most two per program (chosen with a fixed
     seed), builds, runs and computes what the program computed. Applying
     all of them on the examples and chains of two was done once."""
     ctx = context(text)
-    offered = compute_at.candidates(ctx, None)
-    chosen = random.Random(name).sample(offered, min(2, len(offered)))
-    for candidate in chosen:
-        result = apply(ctx, candidate.step)
-        v = verify(ctx.analysis, analyze(result))
-        assert v.ok, f"{candidate.step.args}: {v.summary()}"
+    check_steps_verify(ctx, two_of(compute_at.candidates(ctx, None), name))
 

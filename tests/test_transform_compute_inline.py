@@ -3,14 +3,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from leir.document import load_leir
-from leir.semantics import analyze
-from leir.transforms import TransformError, apply, compute_inline, verify
-from leir.transforms.base import Context
+from leir.transforms import compute_inline
 from leir.transforms.compute_inline import (
     Guarded,
     IndexNotLoops,
@@ -20,8 +15,9 @@ from leir.transforms.compute_inline import (
     Reduction,
 )
 from leir.transforms.testing import check_action, check_not_applicable
-
-EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.leir"))
+from producer_consumer import (
+    F16, HALO, check_offered_exactly_when_check_passes, check_steps_verify, context, every_block, programs,
+)
 
 #: Elementwise temporaries the examples lack (their temporaries are all
 #: reductions, which are not inlined).
@@ -42,33 +38,8 @@ L^{32}_{i}
     Y_{i,j} = max(B_{i,j}, 0.0)*A_{i,j};
   ];
 """,
-    "halo": """\
-L^{10}_{h}
-  L^{10}_{w} [
-    P_{h,w} = X_{h,w}*0.5;
-  ];
-
-L^{8}_{h}
-  L^{8}_{w}
-    L^{3}_{r}
-      L^{3}_{s} [
-        Y_{h,w} += P_{h+r,w+s}*K_{r,s};
-      ];
-""",
-    "f16": """\
-in  X: f16[16,8]
-tmp T: f16[16,8]
-
-L^{16}_{i}
-  L^{8}_{j} [
-    T_{i,j} = X_{i,j}*X_{i,j};
-  ];
-
-L^{16}_{i}
-  L^{8}_{j} [
-    Y_{i,j} = T_{i,j} + 1.0;
-  ];
-""",
+    "halo": HALO,
+    "f16": F16,
     "int": """\
 in  X: i32[16,8]
 tmp T: i32[16,8]
@@ -85,12 +56,6 @@ L^{16}_{i}
   ];
 """,
 }
-
-
-def context(text: str) -> Context:
-    doc = load_leir(text)
-    assert doc.ok, [d.message for d in doc.diagnostics if d.is_error]
-    return Context(doc.analysis)
 
 
 def test_a_temporary_read_twice_is_substituted_in_both_reads():
@@ -180,21 +145,10 @@ def test_compute_inline_fail_not_stage_pipeline():
 # ------------------------------------------------------------ all programs
 
 
-def programs():
-    return [(p.stem, p.read_text()) for p in EXAMPLES] + sorted(MORE.items())
-
-
-@pytest.mark.parametrize("name,text", programs(), ids=lambda x: x if "\n" not in x else "")
+@pytest.mark.parametrize("name,text", programs(MORE), ids=lambda x: x if "\n" not in x else "")
 def test_offered_exactly_when_check_passes(name, text):
     ctx = context(text)
-    offered = [c.step.args for c in compute_inline.candidates(ctx, None)]
-    for block in ctx.block_names:
-        try:
-            compute_inline.check(ctx, {"block": block})
-            passed = True
-        except TransformError:
-            passed = False
-        assert passed == ({"block": block} in offered), f"{block}: check {'passes' if passed else 'fails'}"
+    check_offered_exactly_when_check_passes(compute_inline, ctx, every_block(ctx))
 
 
 @pytest.mark.slow
@@ -205,7 +159,4 @@ def test_offered_steps_verify(name, text):
     ctx = context(text)
     offered = compute_inline.candidates(ctx, None)
     assert offered
-    for candidate in offered:
-        result = apply(ctx, candidate.step)
-        v = verify(ctx.analysis, analyze(result))
-        assert v.ok, f"{candidate.step.args}: {v.summary()}"
+    check_steps_verify(ctx, offered)

@@ -3,15 +3,11 @@ compute what it reads (TVM's ``reverse_compute_at``)."""
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
 
-from leir.document import load_leir
-from leir.semantics import analyze
-from leir.transforms import TransformError, apply, reverse_compute_at, verify
-from leir.transforms.base import Context
+from leir.transforms import reverse_compute_at
 from leir.transforms.reverse_compute_at import (
     Guarded,
     IndexNotLoops,
@@ -27,8 +23,10 @@ from leir.transforms.reverse_compute_at import (
     VectorLoop,
 )
 from leir.transforms.testing import check_action, check_not_applicable
-
-EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.leir"))
+from producer_consumer import (
+    SPLIT_PRODUCER, TRANSPOSED_READ, check_offered_exactly_when_check_passes, check_steps_verify, context,
+    every_block_and_loop, programs, step, two_of,
+)
 
 GEMM_RELU = """\
 L^{16}_{i}
@@ -73,38 +71,9 @@ L^{16}_{i}
     S_{i} += T_{i,j};
   ];
 """,
-    "split_producer": """\
-L^{4}_{io}
-  L^{8}_{ii} [
-    T_{io*8+ii} = X_{io*8+ii}*3.0;
-  ];
-
-L^{32}_{k} [
-  Y_{k} = T_{k} + 1.0;
-];
-""",
-    "transpose": """\
-L^{16}_{i}
-  L^{8}_{j} [
-    T_{i,j} = X_{i,j}*2.0;
-  ];
-
-L^{8}_{a}
-  L^{16}_{b} [
-    Y_{a,b} = T_{b,a} + 1.0;
-  ];
-""",
+    "split_producer": SPLIT_PRODUCER,
+    "transpose": TRANSPOSED_READ,
 }
-
-
-def context(text: str) -> Context:
-    doc = load_leir(text)
-    assert doc.ok, [d.message for d in doc.diagnostics if d.is_error]
-    return Context(doc.analysis)
-
-
-def step(block: str, at_block: str, loop: str) -> dict:
-    return {"block": block, "at": {"block": at_block, "loop": loop}}
 
 
 # ---------------------------------------------------------------- actions
@@ -255,33 +224,16 @@ def test_reverse_compute_at_fail_race():
 # ------------------------------------------------------------ all programs
 
 
-def programs():
-    return [(p.stem, p.read_text()) for p in EXAMPLES] + sorted(MORE.items())
-
-
-@pytest.mark.parametrize("name,text", programs(), ids=lambda x: x if "\n" not in x else "")
+@pytest.mark.parametrize("name,text", programs(MORE), ids=lambda x: x if "\n" not in x else "")
 def test_offered_exactly_when_check_passes(name, text):
     ctx = context(text)
-    offered = [c.step.args for c in reverse_compute_at.candidates(ctx, None)]
-    for block in ctx.block_names:
-        for site in ctx.loop_sites:
-            args = {"block": block, "at": ctx.loop_ref(site)}
-            try:
-                reverse_compute_at.check(ctx, args)
-                passed = True
-            except TransformError:
-                passed = False
-            assert passed == (args in offered), f"{args}: check {'passes' if passed else 'fails'}"
+    check_offered_exactly_when_check_passes(reverse_compute_at, ctx, every_block_and_loop(ctx))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,text", programs(), ids=lambda x: x if "\n" not in x else "")
+@pytest.mark.parametrize("name,text", programs(MORE), ids=lambda x: x if "\n" not in x else "")
 def test_offered_steps_verify(name, text):
     """At most two offered steps per program (fixed seed) build, run and
     compute what the program computed; all of them were applied once."""
     ctx = context(text)
-    offered = reverse_compute_at.candidates(ctx, None)
-    for candidate in random.Random(name).sample(offered, min(2, len(offered))):
-        result = apply(ctx, candidate.step)
-        v = verify(ctx.analysis, analyze(result))
-        assert v.ok, f"{candidate.step.args}: {v.summary()}"
+    check_steps_verify(ctx, two_of(reverse_compute_at.candidates(ctx, None), name))

@@ -3,14 +3,9 @@ computes what it reads (TVM's ``reverse_compute_inline``)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from leir.document import load_leir
-from leir.semantics import analyze
-from leir.transforms import TransformError, apply, reverse_compute_inline, verify
-from leir.transforms.base import Context
+from leir.transforms import reverse_compute_inline
 from leir.transforms.reverse_compute_inline import (
     Guarded,
     IndexNotLoops,
@@ -26,8 +21,10 @@ from leir.transforms.reverse_compute_inline import (
     Reduction,
 )
 from leir.transforms.testing import check_action, check_not_applicable
-
-EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.leir"))
+from producer_consumer import (
+    F16, SPLIT_PRODUCER, TRANSPOSED_READ, check_offered_exactly_when_check_passes, check_steps_verify, context,
+    every_block, programs,
+)
 
 MORE = {
     "scale_shift_relu": """\
@@ -41,17 +38,7 @@ L^{32}_{i}
     Y_{i,j} = max(T_{i,j}, 0.0);
   ];
 """,
-    "transpose": """\
-L^{16}_{i}
-  L^{8}_{j} [
-    T_{i,j} = X_{i,j}*2.0;
-  ];
-
-L^{8}_{a}
-  L^{16}_{b} [
-    Y_{a,b} = T_{b,a} + 1.0;
-  ];
-""",
+    "transpose": TRANSPOSED_READ,
     "wider_producer": """\
 L^{10}_{i} [
   T_{i} = X_{i}*2.0;
@@ -61,37 +48,9 @@ L^{8}_{i} [
   Y_{i} = T_{i} + 1.0;
 ];
 """,
-    "split_producer": """\
-L^{4}_{io}
-  L^{8}_{ii} [
-    T_{io*8+ii} = X_{io*8+ii}*3.0;
-  ];
-
-L^{32}_{k} [
-  Y_{k} = T_{k} + 1.0;
-];
-""",
-    "f16": """\
-in  X: f16[16,8]
-tmp T: f16[16,8]
-
-L^{16}_{i}
-  L^{8}_{j} [
-    T_{i,j} = X_{i,j}*X_{i,j};
-  ];
-
-L^{16}_{i}
-  L^{8}_{j} [
-    Y_{i,j} = T_{i,j} + 1.0;
-  ];
-""",
+    "split_producer": SPLIT_PRODUCER,
+    "f16": F16,
 }
-
-
-def context(text: str) -> Context:
-    doc = load_leir(text)
-    assert doc.ok, [d.message for d in doc.diagnostics if d.is_error]
-    return Context(doc.analysis)
 
 
 def test_a_transposed_read_writes_the_transpose_from_the_producers_loops():
@@ -204,21 +163,10 @@ def test_reverse_compute_inline_fail_not_stage_pipeline():
 # ------------------------------------------------------------ all programs
 
 
-def programs():
-    return [(p.stem, p.read_text()) for p in EXAMPLES] + sorted(MORE.items())
-
-
-@pytest.mark.parametrize("name,text", programs(), ids=lambda x: x if "\n" not in x else "")
+@pytest.mark.parametrize("name,text", programs(MORE), ids=lambda x: x if "\n" not in x else "")
 def test_offered_exactly_when_check_passes(name, text):
     ctx = context(text)
-    offered = [c.step.args for c in reverse_compute_inline.candidates(ctx, None)]
-    for block in ctx.block_names:
-        try:
-            reverse_compute_inline.check(ctx, {"block": block})
-            passed = True
-        except TransformError:
-            passed = False
-        assert passed == ({"block": block} in offered), f"{block}: check {'passes' if passed else 'fails'}"
+    check_offered_exactly_when_check_passes(reverse_compute_inline, ctx, every_block(ctx))
 
 
 @pytest.mark.slow
@@ -229,7 +177,4 @@ def test_offered_steps_verify(name, text):
     ctx = context(text)
     offered = reverse_compute_inline.candidates(ctx, None)
     assert offered
-    for candidate in offered:
-        result = apply(ctx, candidate.step)
-        v = verify(ctx.analysis, analyze(result))
-        assert v.ok, f"{candidate.step.args}: {v.summary()}"
+    check_steps_verify(ctx, offered)
