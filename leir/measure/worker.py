@@ -12,6 +12,12 @@ engine (``leir.measure.engine``) drives over a pipe, one job at a time:
    kernel gets no latency), time it (``timing.time_module``), time the
    vendor reference if asked, and answer ``("result", id, {...})``.
 
+On the local CPU the check runs of step 2 happen at the end of step 1
+instead: they need the kernel, not the device alone, so they run while the
+other worker builds, and the device's exclusive time is the timing alone
+(half of a dataset candidate's worker time was check runs). On a GPU or an
+RPC device the kernel runs on the device, so its checks stay in step 2.
+
 **Checked against a reference** (``job["reference"]``: a program, its key
 and seeds; ``MeasurementEngine.submit(reference=...)``): the expected
 outputs are the NumPy evaluation of the *reference* program, not of the
@@ -90,6 +96,9 @@ class _Built:
     #: Further (inputs, expected) pairs checked before timing (the other
     #: seeds of a reference check).
     checks: list = field(default_factory=list)
+    #: (timing arguments, comparisons) once the checks ran (local CPU: at
+    #: the end of the build; see the module docstring).
+    checked: tuple | None = None
 
 
 class _EngineGone(Exception):
@@ -277,6 +286,8 @@ class _Runner:
         else:
             built.inputs = random_inputs(analysis, job.get("seed", 0))
             built.expected = evaluate(analysis, built.inputs)
+        if self.rpc is None and self.target == "llvm":
+            built.checked = self._verify(built, built.module.module, built.module.device)
         if job.get("paired"):
             # The second program of a comparison: built, checked and timed
             # like the first, in this same process.
@@ -399,7 +410,8 @@ class _Runner:
         from leir.measure.timing import time_module
 
         job = programs[0].job
-        checked = [self._verify(b, m, device) for b, m in zip(programs, modules)]
+        checked = [b.checked if b.checked is not None else self._verify(b, m, device)
+                   for b, m in zip(programs, modules)]
         rounds = int(job.get("rounds") or 1) if len(programs) > 1 else 1
         timed: list[list[tuple[list[float], int]]] = [[] for _ in programs]
         for _ in range(rounds):
