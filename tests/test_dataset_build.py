@@ -273,3 +273,40 @@ def test_progress_counts_states_and_drops_those_of_a_trajectory_that_ends_early(
     assert line.startswith("leir dataset: 2/3 trajectories, 7/11 states, 10 samples (9 verified), ")
     assert line.rstrip().endswith(" s") and "ETA" in line
 
+
+
+def test_a_kernel_that_fails_the_reference_check_is_a_sample_not_verified(tmp_path):
+    # A wrong kernel, as the engine reports it (no latency, the comparison
+    # that failed, not cached): the sample says so, under the method that
+    # found it, and the trajectory goes on from a verified candidate.
+    from concurrent.futures import Future
+
+    from leir.measure import MeasurementEngine
+    from leir.measure.measurement import failure
+    from leir.run import Comparison
+
+    class OneWrong:
+        def __init__(self, engine):
+            self.engine, self.workers, self.calls = engine, engine.workers, 0
+
+        def submit(self, analysis, **kwargs):
+            self.calls += 1
+            if self.calls != 3:  # the first is the start program
+                return self.engine.submit(analysis, **kwargs)
+            future = Future()
+            future.set_result(failure("wrong result: Y differs from the reference program's NumPy evaluation",
+                                      target="llvm", device="cpu",
+                                      comparisons={"Y": Comparison(False, 2.0, 1.5, 0.3, "", 7)}))
+            return future
+
+    cfg = BuildConfig(workloads=str(EXAMPLES), out=str(tmp_path / "out"), variants=0, steps=2, budget=3,
+                      only=["softmax.leir"], cache_dir=str(tmp_path / "cache"))
+    with MeasurementEngine("llvm", workers=2, cache=str(tmp_path / "cache"), repeat=3, min_run_ms=2.0) as engine:
+        build(cfg, engine=OneWrong(engine), progress=False)
+    samples = list(read_samples(tmp_path / "out"))
+    wrong = [s for s in samples if not s["verified"]]
+    assert len(wrong) == 1 and len(samples) > 3
+    s = wrong[0]
+    assert s["verification"]["method"] == "tvm-vs-start" and s["verification"]["max_abs_err"] == 2.0
+    assert s["error"].startswith("wrong result") and s["latency_after_ms"] is None and not s["chosen"]
+    assert {x["step_index"] for x in samples} == {0, 1}

@@ -237,3 +237,24 @@ def test_offered_steps_verify(name, text):
     compute what the program computed; all of them were applied once."""
     ctx = context(text)
     check_steps_verify(ctx, two_of(reverse_compute_at.candidates(ctx, None), name))
+
+
+def test_a_reduction_tvm_would_run_over_fewer_iterations_is_refused():
+    # TVM 0.27's reverse_compute_at gives S's k_1 axis (31 iterations, under a
+    # producer written at k_0*16 + k_1) a loop of 2: S would sum 4 of its 62
+    # terms. Found by `leir dataset build`, whose verification failed it.
+    from leir.parser import parse
+    from leir.transforms import Step, TvmRefused, apply
+
+    program = parse("""
+    L^{32}_{i} L^{4}_{k_0} L^{16}_{k_1} [ R_{i,k_0*16+k_1} = exp(X_{i,k_0*16+k_1}) where k_0*16 + k_1 < 62; ];
+    L^{2}_{i_0} L^{2}_{k_0} L^{16}_{i_1} L^{31}_{k_1} [ S_{i_0*16+i_1} += R_{i_0*16+i_1,k_0*31+k_1}; ];
+    """).program
+    with pytest.raises(TvmRefused, match="left the reduction of S with 4 of its 62 iterations"):
+        apply(program, Step("reverse_compute_at", {"block": "S", "at": {"block": "R", "loop": "i"}}))
+    # The same move of a reduction whose axis TVM gets right still applies.
+    aligned = parse("""
+    L^{32}_{i} L^{64}_{k} [ R_{i,k} = exp(X_{i,k}); ];
+    L^{32}_{i} L^{64}_{k} [ S_{i} += R_{i,k}; ];
+    """).program
+    apply(aligned, Step("reverse_compute_at", {"block": "S", "at": {"block": "R", "loop": "i"}}))

@@ -472,7 +472,9 @@ def _trajectory(variant: Variant, k: int, cfg: BuildConfig, start_measurement,
             step, after, text = child
             if cfg.verify == "full":
                 ok, verification = _verify_full(state, after, m)
-            elif m.checked_against == checked:
+            elif m.checked_against == checked or not m.cached:
+                # Measured now against the start program (a failure, e.g. a
+                # wrong result, carries no checked_against but was checked too).
                 ok, verification = _verify_reference(after, m)
             else:
                 # A cache hit measured without this check (by `leir measure`,

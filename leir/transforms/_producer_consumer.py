@@ -89,12 +89,46 @@ def attach_check(ctx: Context, args: dict, step_id: str, block_refusal: BlockRef
         raise refusal
 
 
-def attach_tidy(ctx: Context, args: dict, program: A.Program) -> A.Program:
+def attach_tidy(ctx: Context, args: dict, program: A.Program, step_id: str = "compute_at") -> A.Program:
     """The moved block's new loops named after its own loops where they run
-    over the same range."""
+    over the same range; ``TvmRefused`` when TVM's result runs a moved
+    reduction over fewer iterations than it had (see ``_reduction_kept``)."""
     info = ctx.equation_of_block(args["block"])
     site = ctx.loop_site(args["at"]["block"], args["at"]["loop"])
+    _reduction_kept(info, program, step_id)
     return tidy_moved(program, info, site.depth + 1)
+
+
+def _reduction_kept(info: EquationInfo, program: A.Program, step_id: str) -> None:
+    """Each element of a reduction must still combine every term: the
+    reduction loops of the moved equation must run over as many iterations
+    after the move as before. TVM 0.27's ``reverse_compute_at`` can get the
+    domain of a split reduction axis wrong (a ``k_0*31 + k_1`` axis under a
+    producer written ``k_0*16 + k_1`` came back with 2 x 2 of its 2 x 31
+    iterations, found by ``leir dataset build``'s verification); such a
+    result is refused rather than offered as a rewrite that fails to verify."""
+    if not info.reduce_axes:
+        return
+    from leir.semantics import classify
+    from leir.transforms.base import TvmRefused
+
+    before = 1
+    for loop in info.loops:
+        if loop.var in info.reduce_axes:
+            before *= loop.extent
+    for moved in classify(program):
+        if moved.equation.lhs.tensor != info.equation.lhs.tensor or moved.kind != info.kind:
+            continue
+        after = 1
+        for loop in moved.loops:
+            if loop.var in moved.reduce_axes:
+                after *= loop.extent
+        if after < before:
+            names = ", ".join(l.var for l in moved.loops if l.var in moved.reduce_axes)
+            raise TvmRefused(f"TVM's {step_id} left the reduction of {info.equation.lhs.tensor} with {after} of its "
+                             f"{before} iterations", f"after {step_id}, loops {names} run {after} times per element "
+                             f"of {info.equation.lhs.tensor} instead of {before}: TVM computed the moved block's "
+                             f"domain wrongly, so the step is refused")
 
 
 def encloses_refusal(ctx: Context, info: EquationInfo, site: LoopSite, error: type[NotApplicable],

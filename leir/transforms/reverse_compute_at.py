@@ -178,7 +178,7 @@ def schedule(sch, ctx: Context, args: dict) -> None:
 def tidy(ctx: Context, args: dict, program: A.Program) -> A.Program:
     """The moved consumer's new loops named after its own loops where they
     run over the same range."""
-    return attach_tidy(ctx, args, program)
+    return attach_tidy(ctx, args, program, ID)
 
 
 def reverse_compute_at(program, block: str, at: dict):
