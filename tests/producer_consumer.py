@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from types import ModuleType
 
 from leir.document import load_leir
 from leir.semantics import analyze
-from leir.transforms import TransformError, apply, verify
+from leir.transforms import apply, verify
 from leir.transforms.base import Candidate, Context
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.leir"))
@@ -94,19 +93,6 @@ def every_block(ctx: Context) -> list[dict]:
 
 def every_block_and_loop(ctx: Context) -> list[dict]:
     return [{"block": block, "at": ctx.loop_ref(site)} for block in ctx.block_names for site in ctx.loop_sites]
-
-
-def check_offered_exactly_when_check_passes(module: ModuleType, ctx: Context, every_args: list[dict]) -> None:
-    """``module`` offers a step with each of ``every_args`` exactly when its
-    ``check`` passes for it."""
-    offered = [c.step.args for c in module.candidates(ctx, None)]
-    for args in every_args:
-        try:
-            module.check(ctx, args)
-            passed = True
-        except TransformError:
-            passed = False
-        assert passed == (args in offered), f"{args}: check {'passes' if passed else 'fails'}"
 
 
 def two_of(offered: list[Candidate], name: str) -> list[Candidate]:

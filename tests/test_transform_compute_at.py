@@ -22,9 +22,9 @@ from leir.transforms.compute_at import (
     ThreadLoop,
     VectorLoop,
 )
-from leir.transforms.testing import check_action, check_not_applicable
+from leir.transforms.testing import check_action, check_not_applicable, check_offered_exactly_when_check_passes
 from producer_consumer import (
-    HALO, SPLIT_PRODUCER, check_offered_exactly_when_check_passes, check_steps_verify, context, every_block_and_loop,
+    HALO, SPLIT_PRODUCER, check_steps_verify, context, every_block_and_loop,
     programs, step, two_of,
 )
 

@@ -14,9 +14,9 @@ from leir.transforms.compute_inline import (
     OutputTensor,
     Reduction,
 )
-from leir.transforms.testing import check_action, check_not_applicable
+from leir.transforms.testing import check_action, check_not_applicable, check_offered_exactly_when_check_passes
 from producer_consumer import (
-    F16, HALO, check_offered_exactly_when_check_passes, check_steps_verify, context, every_block, programs,
+    F16, HALO, check_steps_verify, context, every_block, programs,
 )
 
 #: Elementwise temporaries the examples lack (their temporaries are all

@@ -21,6 +21,7 @@ from leir.semantics import analyze
 from leir.transforms import NotApplicable, apply, bind, decompose_reduction, parallelize, rfactor, unroll, vectorize
 from leir.transforms import verify
 from leir.transforms.base import Context
+from leir.transforms.testing import check_offered_exactly_when_check_passes
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.leir"))
 MODULES = (unroll, parallelize, vectorize, bind, rfactor, decompose_reduction)
@@ -61,18 +62,9 @@ def universe(ctx: Context, module) -> list[dict]:
     return loops
 
 
-def check_offered_exactly_when_check_passes(ctx: Context) -> None:
+def check_every_module_offered_exactly_when_check_passes(ctx: Context) -> None:
     for module in MODULES:
-        offered = [c.step.args for c in module.candidates(ctx, None)]
-        everything = universe(ctx, module)
-        for args in everything:
-            try:
-                module.check(ctx, args)
-                passed = True
-            except NotApplicable:
-                passed = False
-            assert passed == (args in offered), f"{module.ID} {args}: check {'passes' if passed else 'fails'}"
-        assert all(args in everything for args in offered), module.ID
+        check_offered_exactly_when_check_passes(module, ctx, universe(ctx, module), NotApplicable)
 
 
 def apply_offered(ctx: Context, module, rng: random.Random, applied: int = APPLIED):
@@ -96,7 +88,7 @@ def test_steptp_names():
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_offered_exactly_when_check_passes(path):
-    check_offered_exactly_when_check_passes(example(path))
+    check_every_module_offered_exactly_when_check_passes(example(path))
 
 
 def test_candidate_counts_on_a_few_examples():
@@ -265,7 +257,7 @@ def test_generated_programs(seed):
     if text is None:
         pytest.skip("no valid program drawn")
     ctx = context(text)
-    check_offered_exactly_when_check_passes(ctx)
+    check_every_module_offered_exactly_when_check_passes(ctx)
     rng = random.Random(seed)
     for module in MODULES:
         applied = apply_offered(ctx, module, rng, applied=3)

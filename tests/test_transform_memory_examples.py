@@ -16,6 +16,7 @@ from leir.semantics import analyze
 from leir.transforms import NotApplicable, apply, cache_read, cache_write, set_scope, storage_align, transform_layout
 from leir.transforms import verify
 from leir.transforms.base import Context
+from leir.transforms.testing import check_offered_exactly_when_check_passes
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.leir"))
 MODULES = (cache_read, cache_write, set_scope, transform_layout, storage_align)
@@ -111,15 +112,7 @@ def test_more_programs_are_valid():
 def test_offered_exactly_when_check_passes(path):
     ctx = context(path)
     for module in MODULES:
-        offered = [c.step.args for c in module.candidates(ctx, None)]
-        for args in universe(ctx, module):
-            try:
-                module.check(ctx, args)
-                passed = True
-            except NotApplicable:
-                passed = False
-            assert passed == (args in offered), f"{module.ID} {args}: check {'passes' if passed else 'fails'}"
-        assert all(args in universe(ctx, module) for args in offered)
+        check_offered_exactly_when_check_passes(module, ctx, universe(ctx, module), NotApplicable)
 
 
 @pytest.mark.slow

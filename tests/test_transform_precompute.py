@@ -23,7 +23,7 @@ from leir.transforms.precompute import (
     ReadsWritten,
     Trivial,
 )
-from leir.transforms.testing import check_action, check_not_applicable
+from leir.transforms.testing import check_action, check_not_applicable, check_offered_exactly_when_check_passes
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.leir"))
 LAYERNORM = (Path(__file__).resolve().parent.parent / "examples" / "layernorm.leir").read_text()
@@ -239,17 +239,10 @@ def programs():
 @pytest.mark.parametrize("name,text", programs(), ids=lambda x: x if "\n" not in x else "")
 def test_offered_exactly_when_check_passes(name, text):
     ctx = context(text)
-    offered = [c.step.args for c in precompute.candidates(ctx, None)]
     declared = frozenset(ctx.analysis.tensors)
-    for block, info in zip(ctx.block_names, ctx.analysis.equations):
-        for node in A.walk(info.equation.rhs):
-            args = {"block": block, "expr": print_expr(node, declared=declared)}
-            try:
-                precompute.check(ctx, args)
-                passed = True
-            except TransformError:
-                passed = False
-            assert passed == (args in offered), f"{args}: check {'passes' if passed else 'fails'}"
+    every_args = [{"block": block, "expr": print_expr(node, declared=declared)}
+                  for block, info in zip(ctx.block_names, ctx.analysis.equations) for node in A.walk(info.equation.rhs)]
+    check_offered_exactly_when_check_passes(precompute, ctx, every_args)
 
 
 @pytest.mark.slow

@@ -22,9 +22,9 @@ from leir.transforms.reverse_compute_at import (
     ThreadLoop,
     VectorLoop,
 )
-from leir.transforms.testing import check_action, check_not_applicable
+from leir.transforms.testing import check_action, check_not_applicable, check_offered_exactly_when_check_passes
 from producer_consumer import (
-    SPLIT_PRODUCER, TRANSPOSED_READ, check_offered_exactly_when_check_passes, check_steps_verify, context,
+    SPLIT_PRODUCER, TRANSPOSED_READ, check_steps_verify, context,
     every_block_and_loop, programs, step, two_of,
 )
 

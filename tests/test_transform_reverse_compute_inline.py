@@ -20,9 +20,9 @@ from leir.transforms.reverse_compute_inline import (
     ReadsSeveral,
     Reduction,
 )
-from leir.transforms.testing import check_action, check_not_applicable
+from leir.transforms.testing import check_action, check_not_applicable, check_offered_exactly_when_check_passes
 from producer_consumer import (
-    F16, SPLIT_PRODUCER, TRANSPOSED_READ, check_offered_exactly_when_check_passes, check_steps_verify, context,
+    F16, SPLIT_PRODUCER, TRANSPOSED_READ, check_steps_verify, context,
     every_block, programs,
 )
 

@@ -4,6 +4,7 @@ and the exact program expected after it.
 
     check_action(split, before_with_cursor, after, args={...})
     check_not_applicable(split, before_with_cursor, NotApplicable)
+    check_offered_exactly_when_check_passes(split, ctx, every_args)
 """
 
 from __future__ import annotations
@@ -70,3 +71,20 @@ def check_not_applicable(module: ModuleType, before: str, error: type[TransformE
         assert e.short and e.detail
         return e
     raise AssertionError(f"{module.ID} {args} was applied")
+
+
+def check_offered_exactly_when_check_passes(module: ModuleType, ctx: Context, every_args: list[dict],
+                                            refusal: type[TransformError] = TransformError) -> None:
+    """``module`` offers a step with each of ``every_args`` exactly when its
+    ``check`` passes for it (a ``refusal`` is a fail; any other error
+    propagates), and offers nothing outside ``every_args``."""
+    offered = [c.step.args for c in module.candidates(ctx, None)]
+    for args in every_args:
+        try:
+            module.check(ctx, args)
+            passed = True
+        except refusal:
+            passed = False
+        assert passed == (args in offered), f"{module.ID} {args}: check {'passes' if passed else 'fails'}"
+    assert all(args in every_args for args in offered), f"{module.ID}: offered outside {every_args}"
+
