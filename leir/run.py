@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BuildError", "CheckResult", "Comparison", "CompiledProgram", "InputError", "RunError", "RunResult",
-    "build", "check", "compile_program", "compare", "merge_comparisons", "cuda_target", "host_target", "random_inputs", "run",
+    "build", "check", "compile_program", "compare", "cuda_target", "host_target", "merge_comparisons",
+    "random_inputs", "run",
 ]
 
 TARGETS = ("llvm", "cuda")

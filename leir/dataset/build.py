@@ -202,19 +202,15 @@ class _State:
 
 
 def _seeds() -> tuple[int, ...]:
-    from leir.transforms.verify import SEEDS
+    from leir.inputs import SEEDS
 
     return SEEDS
 
 
 def _inputs(analysis, seed: int) -> dict:
-    from leir.run import random_inputs
-    from leir.transforms.verify import SEEDS, integer_valued
+    from leir.inputs import seed_inputs
 
-    inputs = random_inputs(analysis, seed)
-    if seed == SEEDS[-1] and len(SEEDS) > 1:
-        inputs = integer_valued(inputs, seed)
-    return inputs
+    return seed_inputs(analysis, seed)
 
 
 def _evaluate(analysis, inputs: dict) -> dict:
@@ -329,19 +325,12 @@ def _equivalence(before: _State, after) -> tuple[list, list[str]]:
 
 
 def _verify_engine(after, measurement, equivalence) -> tuple[bool, dict]:
-    """The engine's build check of ``after`` (its comparison with the NumPy
-    evaluation on seed 0) and the NumPy equivalence of ``after`` with the
-    program before it (see the module docstring)."""
-    comparisons, notes = list(equivalence[0]), list(equivalence[1])
-    if measurement is None:
-        notes.append("not measured: the program after the step is not equivalent to the one before")
-    else:
-        if measurement.error is not None:
-            notes.append(f"measurement failed: {measurement.error}")
-        dtypes = {t.name: t.dtype for t in after.outputs()}
-        for name, c in (measurement.comparisons or {}).items():
-            comparisons.append((dtypes.get(name, "f32"), c))
-    return _verification("engine+evaluate", comparisons, _seeds(), notes)
+    """For a cache hit measured without the reference check (only verified
+    measurements are cached): the engine's check of ``after`` (its kernel
+    against its own NumPy evaluation) and the NumPy equivalence of ``after``
+    with the program before it (see the module docstring)."""
+    comparisons, notes = equivalence
+    return _verification("engine+evaluate", comparisons + _typed(after, measurement.comparisons), _seeds(), notes)
 
 
 def _verify_reference(after, measurement) -> tuple[bool, dict]:
@@ -349,9 +338,13 @@ def _verify_reference(after, measurement) -> tuple[bool, dict]:
     evaluation of the trajectory's start program on every seed (see the
     module docstring)."""
     notes = [] if measurement.error is None else [f"measurement failed: {measurement.error}"]
+    return _verification("tvm-vs-start", _typed(after, measurement.comparisons), _seeds(), notes)
+
+
+def _typed(after, comparisons: dict | None) -> list:
+    """(dtype, Comparison) pairs of the outputs of ``after``."""
     dtypes = {t.name: t.dtype for t in after.outputs()}
-    comparisons = [(dtypes.get(name, "f32"), c) for name, c in (measurement.comparisons or {}).items()]
-    return _verification("tvm-vs-start", comparisons, _seeds(), notes)
+    return [(dtypes.get(name, "f32"), c) for name, c in (comparisons or {}).items()]
 
 
 def _verify_full(before: _State, after, measurement) -> tuple[bool, dict]:
@@ -362,8 +355,7 @@ def _verify_full(before: _State, after, measurement) -> tuple[bool, dict]:
         v = verify(before.analysis, after)
     except LeirError as e:
         return _verification("tvm", [], _seeds(), notes + [str(e)])
-    dtypes = {t.name: t.dtype for t in after.outputs()}
-    comparisons = [(dtypes.get(n, "f32"), c) for per in v.comparisons.values() for n, c in per.items()]
+    comparisons = [pair for per in v.comparisons.values() for pair in _typed(after, per)]
     if not v.ok and not comparisons:
         notes.append(v.summary())
     return _verification("tvm", comparisons, _seeds(), notes)

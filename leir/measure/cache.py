@@ -41,7 +41,6 @@ DATABASE_NAME = "measurements.sqlite"
 BUSY_TIMEOUT_S = 10.0
 
 
-
 def _add_checked_against(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE measurements ADD COLUMN checked_against TEXT")  # key.reference_key, or NULL
 

@@ -15,7 +15,7 @@ engine (``leir.measure.engine``) drives over a pipe, one job at a time:
 On the local CPU the check runs of step 2 happen at the end of step 1
 instead: they need the kernel, not the device alone, so they run while the
 other worker builds, and the device's exclusive time is the timing alone
-(half of a dataset candidate's worker time was check runs). On a GPU or an
+(about 40% of a dataset candidate's worker time was check runs). On a GPU or an
 RPC device the kernel runs on the device, so its checks stay in step 2.
 
 **Checked against a reference** (``job["reference"]``: a program, its key

@@ -43,10 +43,11 @@ import numpy as np
 
 from leir import ast as A
 from leir.ast import Span
+from leir.inputs import SEEDS, seed_inputs
 from leir.raise_tir import RaiseError, _Raiser
 from leir.semantics import Analysis, analyze
 from leir.transforms.base import Candidate, Context, NotApplicable, StaleStep, Step, TransformError, TvmRefused
-from leir.transforms.verify import SEEDS, Verification, integer_valued
+from leir.transforms.verify import Verification
 
 __all__ = [
     "KernelError", "NameNotTranslatable", "TVMScriptKernel", "load_kernel", "tvmscript_apply",
@@ -805,12 +806,8 @@ def tvmscript_verify(text_before: str, text_after: str, kernel: str | None = Non
     except RunError as e:
         return Verification(False, notes=[str(e)])
     result.notes.extend(dict.fromkeys(notes + notes_after))
-    from leir.inputs import random_inputs
-
-    for n, seed in enumerate(seeds):
-        inputs = random_inputs(inputs_analysis, seed)
-        if n == len(seeds) - 1 and len(seeds) > 1:
-            inputs = integer_valued(inputs, seed)
+    for seed in seeds:
+        inputs = seed_inputs(inputs_analysis, seed, seeds)
         try:
             out_before = run_before(roles, inputs)
             out_after = run_after(roles, inputs)

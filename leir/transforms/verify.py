@@ -15,7 +15,7 @@ import numpy as np
 
 # SEEDS: the seeds of a verification; the last one draws integer-valued
 # inputs. Defined in leir.inputs (the measurement worker draws the same).
-from leir.inputs import SEEDS, integer_valued, seed_inputs  # noqa: F401 - integer_valued is used from here too
+from leir.inputs import SEEDS, seed_inputs
 from leir.semantics import Analysis
 
 
