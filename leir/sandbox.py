@@ -1,0 +1,63 @@
+"""Limits for the processes that handle a document's content.
+
+Work whose cost a document chooses (TVM's parser folding a kernel's
+constants, building and running a kernel, verifying a step) runs in a
+worker process that has a memory cap and a time limit, never in the
+process that serves an editor or a command line. This module holds what
+those workers share:
+
+- ``limit_memory(cap)`` caps the calling process's memory: ``RLIMIT_AS``
+  (address space), so that an allocation beyond it fails with
+  ``MemoryError``/``bad_alloc`` instead of taking the machine's memory;
+  ``RLIMIT_DATA`` on CUDA, which reserves far more address space than it
+  uses.
+- ``mark_isolated()`` / ``isolated()``: a worker that already runs under
+  such limits says so, and code that would otherwise hand work to a worker
+  of its own (``leir.tvmscript`` parsing) does it in place.
+- ``worker_initializer(cap)``: both at once, as a pool's ``initializer``.
+
+Importing this module is cheap (no TVM, no NumPy).
+"""
+
+from __future__ import annotations
+
+import os
+
+#: Memory a worker that parses or transforms a document may use.
+DEFAULT_MEMORY_CAP = 4 * 1024**3
+
+_ISOLATED_ENV = "LEIR_ISOLATED_WORKER"
+_isolated = False
+
+
+def limit_memory(cap: int | None, *, cuda: bool = False) -> None:
+    """Cap this process's memory at ``cap`` bytes (no cap when falsy).
+    Never raises the hard limit a parent set."""
+    if not cap:
+        return
+    import resource
+
+    kind = resource.RLIMIT_DATA if cuda else resource.RLIMIT_AS
+    soft, hard = resource.getrlimit(kind)
+    new = cap if hard == resource.RLIM_INFINITY else min(cap, hard)
+    if soft != resource.RLIM_INFINITY:
+        new = min(new, soft)
+    resource.setrlimit(kind, (new, hard))
+
+
+def mark_isolated() -> None:
+    """Say that this process is a worker running under limits: work that
+    would be sent to an isolated worker is done here instead."""
+    global _isolated
+    _isolated = True
+    os.environ[_ISOLATED_ENV] = "1"  # inherited by anything this worker starts
+
+
+def isolated() -> bool:
+    return _isolated or os.environ.get(_ISOLATED_ENV) == "1"
+
+
+def worker_initializer(cap: int | None = DEFAULT_MEMORY_CAP) -> None:
+    """A pool ``initializer``: cap the worker's memory and mark it isolated."""
+    limit_memory(cap)
+    mark_isolated()
