@@ -61,3 +61,18 @@ def worker_initializer(cap: int | None = DEFAULT_MEMORY_CAP) -> None:
     """A pool ``initializer``: cap the worker's memory and mark it isolated."""
     limit_memory(cap)
     mark_isolated()
+
+
+def worker_context(preload: list[str]):
+    """The multiprocessing context for document-handling workers: forked
+    from a forkserver that has imported ``preload`` (fast restarts after a
+    worker is killed; the forkserver runs none of the work, so no TVM thread
+    is ever forked), or spawned where there is no fork. The forkserver is
+    one per process: the first caller's ``preload`` is the one it imports."""
+    import multiprocessing
+
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(preload)
+        return ctx
+    return multiprocessing.get_context("spawn")

@@ -854,11 +854,15 @@ def _compiled(func):
     notes = []
     script = func.script()
     if "T.thread_binding(" in script:
-        serial = _THREAD_BINDING.sub(r"T.serial(\1)", script)
-        try:
-            func = tvm.script.from_source(serial)
-        except Exception as exc:  # noqa: BLE001 - TVM's parser raises anything
-            raise BuildError(f"cannot run the thread-bound kernel on the CPU: {tvm_error_message(exc)}") from exc
+        from leir.tvmscript import load_document
+
+        # Read back like any document: screened, then parsed in the worker.
+        serial = load_document(_THREAD_BINDING.sub(r"T.serial(\1)", script))
+        funcs = [k.func for k in serial.kernels if k.func is not None]
+        if not serial.ok or len(funcs) != 1:
+            problem = next((d.message for d in serial.diagnostics if d.is_error), "no kernel")
+            raise BuildError(f"cannot run the thread-bound kernel on the CPU: {problem}")
+        func = funcs[0]
         notes.append("thread-bound loops were run as serial loops on the CPU")
     module = _loaded(build(func.with_attr("global_symbol", "main"), host_target()))
     device = tvm.cpu(0)

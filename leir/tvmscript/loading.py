@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
 import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -12,8 +14,8 @@ from leir.ast import Span
 from leir.diagnostics import Diagnostic, error
 from leir.tvmscript.discovery import KernelKind, KernelSource, decorator_kind, find_kernels
 from leir.tvmscript.lines import PythonLines, char_column
-from leir.tvmscript.namespaces import namespace_values
-from leir.tvmscript.screen import BUILTIN_NAMES, screen_kernel
+from leir.tvmscript.isolated import ParseFailure, parse_source
+from leir.tvmscript.screen import BUILTIN_NAMES, docstrings, screen_kernel
 
 if TYPE_CHECKING:
     import tvm
@@ -84,26 +86,27 @@ def parse_kernel(kernel: KernelSource) -> tuple[Any, list[Diagnostic]]:
     """The PrimFunc or IRModule TVM parses from one kernel, after the screen.
 
     Returns (None, diagnostics) when the screen refuses the kernel (TVM
-    never sees it) or TVM reports an error, mapped to the original file."""
+    never sees it) or TVM reports an error, mapped to the original file.
+    TVM parses in a worker process with a time limit and a memory cap
+    (``leir.tvmscript.isolated``)."""
     refused = screen_kernel(kernel) or _unreadable_decorators(kernel)
     if refused:
         return None, refused
-    source = _TVMSource.of(kernel)
-    extra_vars = namespace_values(kernel.scope.aliases)
-    for name, value in kernel.scope.constants.items():
-        if name not in extra_vars and name not in BUILTIN_NAMES:
-            extra_vars[name] = value
-
-    import tvm.script
-
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return tvm.script.from_source(source.text, extra_vars=extra_vars), []
-    except SyntaxError as e:
-        return None, [_syntax_error(kernel, source, e)]
-    except Exception as e:  # noqa: BLE001 - TVM reports a user's mistakes by raising anything
-        return None, [_tvm_error(kernel, source, e)]
+        source = _TVMSource.of(kernel)
+    except _Unblankable as e:
+        return None, [error(kernel.lines.node_span(e.node), "untrusted-code",
+                            "leir cannot read this docstring's quotes, so it does not give the kernel to TVM.")]
+    constants = {name: value for name, value in kernel.scope.constants.items()
+                 if name not in kernel.scope.aliases and name not in BUILTIN_NAMES}
+    value = parse_source(source.text, dict(kernel.scope.aliases), constants)
+    if not isinstance(value, ParseFailure):
+        return value, []
+    if value.kind == "syntax":
+        return None, [_syntax_error(kernel, source, value)]
+    if value.kind == "limit":
+        return None, [error(kernel.name_span, "tvmscript-limit", value.message)]
+    return None, [_tvm_error(kernel, source, value)]
 
 
 def _parsed(source: KernelSource, value: Any) -> ParsedKernel:
@@ -145,11 +148,12 @@ class _TVMSource:
     @staticmethod
     def of(kernel: KernelSource) -> "_TVMSource":
         lines = kernel.lines
+        blanked = PythonLines(blanked_docstrings(kernel))
         first = lines.lineno(kernel.span.start)
         last = lines.lineno(kernel.span.end)
         texts, removed = [], []
         for lineno in range(first, last + 1):
-            text = lines.line(lineno)
+            text = blanked.line(lineno)
             if lineno == first:
                 text = text[kernel.span.start - lines.start(lineno) :]
                 cut = kernel.span.start - lines.start(lineno)
@@ -197,6 +201,57 @@ class _TVMSource:
         column -= shift
         original = self.first_line + line - 1
         return self.lines.offset(original, column + self.removed[line - 1], in_bytes=False)
+
+
+def blanked_docstrings(kernel: KernelSource) -> str:
+    """The file's text with the kernel's docstrings blanked: every character
+    between a string's quotes becomes a space (line breaks, and a backslash
+    that continues a line, stay), so that no position moves and TVM gets
+    none of the docstrings' text, which the screen does not check."""
+    text = kernel.lines.text
+    pieces, at = [], 0
+    for node in docstrings(kernel):
+        span = kernel.lines.node_span(node)
+        for start, end in _string_bodies(text[span.start : span.end], node):
+            start, end = span.start + start, span.start + end
+            pieces.append(text[at:start])
+            body = text[start:end]
+            pieces.append("".join(
+                c if c in "\r\n" or (c == "\\" and body[i + 1 : i + 2] in ("\n", "\r")) else " "
+                for i, c in enumerate(body)
+            ))
+            at = end
+    pieces.append(text[at:])
+    return "".join(pieces)
+
+
+_STRING_OPENING = re.compile(r"[rRuUbB]*('\'\'|\"\"\"|'|\")")
+
+
+def _string_bodies(segment: str, node: ast.AST) -> list[tuple[int, int]]:
+    """(start, end) offsets in ``segment`` (one string expression) of what
+    lies between the quotes of each of its string tokens."""
+    lines = PythonLines(segment)
+    bodies = []
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(segment).readline):
+            if token.type != tokenize.STRING:
+                continue
+            opening = _STRING_OPENING.match(token.string)
+            start = lines.offset(*token.start, in_bytes=False) + opening.end()
+            end = lines.offset(*token.end, in_bytes=False) - len(opening.group(1))
+            bodies.append((start, end))
+    except (tokenize.TokenError, SyntaxError, AttributeError) as e:
+        raise _Unblankable(node) from e  # not expected for a segment that ast parsed
+    return bodies
+
+
+class _Unblankable(Exception):
+    """A docstring whose string tokens could not be found: the kernel is refused."""
+
+    def __init__(self, node: ast.AST):
+        super().__init__("unreadable docstring")
+        self.node = node
 
 
 def _legacy_decorator_additions(kernel: KernelSource) -> list[tuple[ast.expr, str]]:
@@ -252,24 +307,24 @@ def _functions_of(kernel: KernelSource) -> list[ast.FunctionDef | ast.AsyncFunct
     return [node]
 
 
-def _syntax_error(kernel: KernelSource, source: _TVMSource, e: SyntaxError) -> Diagnostic:
+def _syntax_error(kernel: KernelSource, source: _TVMSource, e: ParseFailure) -> Diagnostic:
     if e.lineno is None:
         span = kernel.name_span
     else:
         start = source.offset(e.lineno, (e.offset or 1) - 1, in_bytes=False)
         span = Span(start, start)
-    return error(span, "python-syntax", e.msg or "invalid syntax")
+    return error(span, "python-syntax", e.message)
 
 
-def _tvm_error(kernel: KernelSource, source: _TVMSource, e: Exception) -> Diagnostic:
+def _tvm_error(kernel: KernelSource, source: _TVMSource, e: ParseFailure) -> Diagnostic:
     """A diagnostic for what TVM raised: its DiagnosticError text gives a
     line, a column and a caret underline; anything else is placed on the
     kernel's name."""
-    text = str(e)
+    text = e.message
     locations = list(_LOCATION.finditer(text))
     if not locations:
         first_line = text.strip().splitlines()[0] if text.strip() else ""
-        return error(kernel.name_span, "tvmscript-error", f"TVM: {type(e).__name__}: {first_line}".rstrip(": "))
+        return error(kernel.name_span, "tvmscript-error", f"TVM: {e.type_name}: {first_line}".rstrip(": "))
     location = locations[-1]
     message = text[: location.start()].removeprefix("error: ").strip()
     if message.startswith(_WELL_FORMED_PREFIX):
@@ -291,7 +346,7 @@ def _tvm_error(kernel: KernelSource, source: _TVMSource, e: Exception) -> Diagno
     span = Span(start, end)
     if span.start == span.end == kernel.span.start:
         span = kernel.name_span  # the error is about the kernel as a whole
-    return error(span, "tvmscript-error", message or f"TVM: {type(e).__name__}")
+    return error(span, "tvmscript-error", message or f"TVM: {e.type_name}")
 
 
 def _node_end(text: str, line: int, column: int, end_line: int, min_end_column: int) -> tuple[int, int]:

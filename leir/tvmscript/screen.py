@@ -12,6 +12,15 @@ printed by TVM contains:
   the tables below);
 - the kernel's own variables (parameters, assignment, loop and ``with``
   targets), literals, literal module constants (``N = 128``), ``range``;
+- as string constants, only identifier-shaped text (a dtype, a scope, a
+  block or attribute name: ``"float32"``, ``"shared.dyn"``, ``"tir.noalias"``,
+  ``"n"``): TVM parses some strings as Python expressions (a quoted
+  ``T.Buffer`` shape is a symbolic expression it evaluates), so no string of
+  another shape reaches it; a docstring is allowed, and TVM gets it blanked
+  (``blanked_docstrings``);
+- as numbers, literals and constant arithmetic of at most 64 bits: Python
+  folds ``2 ** 64 ** ...`` or ``10 ** 18 * 10 ** 18 * ...`` while TVM parses,
+  so an integer constant expression is bounded before anything computes it;
 - arithmetic, comparisons, boolean operators, conditional expressions,
   subscripts and slices, tuples, lists, dicts (``T.func_attr({...})``),
   keyword arguments, and ``lambda`` only where the printer writes one (the
@@ -26,6 +35,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import operator
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -120,6 +130,17 @@ BUILTIN_NAMES = frozenset(dir(builtins))
 #: plain numbers; a literal exponent bounds what a kernel can make TVM spend.
 MAX_LITERAL_EXPONENT = 64
 
+#: Integer constants (literals, module constants and what Python folds from
+#: them) are at most this many bits: an int64 or uint64 value, no more.
+MAX_INTEGER_BITS = 64
+
+#: What a string constant in a kernel may say: a name, or dotted names.
+IDENTIFIER_STRING = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+#: The longest string constant a kernel may hold (a block name, a scope).
+MAX_STRING_LENGTH = 256
+#: Most elements of a module constant's tuple or list that a kernel may use.
+MAX_CONSTANT_ELEMENTS = 4096
+
 _STATEMENTS_REFUSED = {
     ast.FunctionDef: "A function defined inside a kernel",
     ast.AsyncFunctionDef: "A function defined inside a kernel",
@@ -181,6 +202,7 @@ class _Screen:
         self.locals: frozenset[str] = frozenset()
         self.lambda_params: frozenset[str] = frozenset()
         self.in_signature = False
+        self._values: dict[int, int | None] = {}
 
     def refuse(self, node: ast.AST, what: str) -> None:
         self.diagnostics.append(error(self.lines.node_span(node), "untrusted-code", what))
@@ -203,6 +225,8 @@ class _Screen:
         for base in [*node.bases, *node.keywords]:
             self.refuse(base, "An @I.ir_module class has no base classes or class keywords.")
         for statement in node.body:
+            if _is_docstring(node, statement):
+                continue
             if isinstance(statement, ast.FunctionDef) and any(
                 decorator_kind(d, self.scope) == "prim_func" for d in statement.decorator_list
             ):
@@ -239,7 +263,7 @@ class _Screen:
         if node.returns is not None:
             self.expr(node.returns)
         self.in_signature = False
-        self.body(node.body)
+        self.body(node.body[1:] if _is_docstring(node, node.body[0]) else node.body)
         self.params, self.locals = saved
 
     def decorator(self, node: ast.expr, kind: KernelKind) -> None:
@@ -344,6 +368,9 @@ class _Screen:
 
     def expr(self, node: ast.expr) -> None:
         if isinstance(node, ast.Constant):
+            reason = constant_refusal(node.value)
+            if reason is not None:
+                self.refuse(node, reason)
             return
         if isinstance(node, ast.Name | ast.Attribute) and self.scope.path_of(node) is not None:
             self.namespace_reference(node)
@@ -354,11 +381,17 @@ class _Screen:
         elif isinstance(node, ast.Call):
             self.call(node)
         elif isinstance(node, ast.BinOp):
-            self.expr(node.left)
-            self.expr(node.right)
-            self.operator_guard(node, node.op, node.left, node.right)
+            with self.checking() as clean:
+                self.expr(node.left)
+                self.expr(node.right)
+                self.operator_guard(node, node.op, node.left, node.right)
+            if clean[0]:
+                self.integer_guard(node)
         elif isinstance(node, ast.UnaryOp):
-            self.expr(node.operand)
+            with self.checking() as clean:
+                self.expr(node.operand)
+            if clean[0]:
+                self.integer_guard(node)
         elif isinstance(node, ast.BoolOp):
             for value in node.values:
                 self.expr(value)
@@ -404,8 +437,12 @@ class _Screen:
                 self.refuse(node, f"`{name}` may only be called, as in `for i in {name}(n)`.")
             else:
                 self.refuse(node, f"`{name}` is a Python builtin; {_ALLOWED_BY}.")
-        elif name in self.locals or name in self.scope.constants:
+        elif name in self.locals:
             return
+        elif name in self.scope.constants:
+            reason = constant_refusal(self.scope.constants[name])
+            if reason is not None:
+                self.refuse(node, f"`{name}` is a module constant leir does not give TVM: {reason[0].lower()}{reason[1:]}")
         elif name in self.scope.bound_names:
             self.refuse(
                 node,
@@ -479,6 +516,44 @@ class _Screen:
         self.expr(node.body)
         self.lambda_params = saved
 
+    def integer_guard(self, node: ast.expr) -> None:
+        """Refuse an integer constant expression that Python would fold to
+        more than ``MAX_INTEGER_BITS`` bits while TVM parses."""
+        value = self.integer_value(node)
+        if value is not None and value.bit_length() > MAX_INTEGER_BITS:
+            self._values[id(node)] = None  # reported here, not again by its parents
+            self.refuse(node, f"This constant expression is larger than {MAX_INTEGER_BITS} bits; a kernel's integer "
+                              "constants are int64 or uint64 values.")
+
+    def integer_value(self, node: ast.expr) -> int | None:
+        """The value of ``node`` when it is an integer expression made only
+        of literals and module constants (what Python folds while TVM
+        parses), else None (a TIR expression; a float, which costs nothing
+        to fold). Its operands are at most ``MAX_INTEGER_BITS`` bits (a
+        larger one is refused, and None here) and exponents and shifts at
+        most ``MAX_LITERAL_EXPONENT`` (``operator_guard``), so computing it
+        takes at most a few thousand bits."""
+        key = id(node)
+        if key in self._values:
+            return self._values[key]
+        value = None
+        if isinstance(node, ast.Constant):
+            value = node.value
+        elif isinstance(node, ast.Name) and node.id in self.scope.constants and node.id not in self.locals:
+            value = self.scope.constants[node.id]
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd | ast.Invert):
+            operand = self.integer_value(node.operand)
+            if operand is not None:
+                value = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert}[type(node.op)](operand)
+        elif isinstance(node, ast.BinOp) and type(node.op) in _INTEGER_OPERATORS:
+            left, right = self.integer_value(node.left), self.integer_value(node.right)
+            if left is not None and right is not None and _foldable(node.op, left, right):
+                value = _INTEGER_OPERATORS[type(node.op)](left, right)
+        if not isinstance(value, int) or isinstance(value, bool):
+            value = None
+        self._values[key] = value
+        return value
+
     def operator_guard(self, node: ast.AST, op: ast.operator, left: ast.expr, right: ast.expr) -> None:
         """Operators Python evaluates eagerly on plain values, where a kernel
         could make TVM's parser spend unbounded time or memory."""
@@ -493,6 +568,58 @@ class _Screen:
             self.refuse(node, "Repeating a string or sequence with * is not TVMScript.")
         elif isinstance(op, ast.Mod) and _is_sequence_literal(left):
             self.refuse(node, "String formatting with % is not TVMScript.")
+
+
+def constant_refusal(value: object) -> str | None:
+    """Why a literal (or a module constant's value) may not be given to
+    TVM, or None when it may."""
+    if value is None or isinstance(value, bool | float):
+        return None
+    if isinstance(value, int):
+        if value.bit_length() > MAX_INTEGER_BITS:
+            return f"An integer literal of more than {MAX_INTEGER_BITS} bits is not a kernel constant."
+        return None
+    if isinstance(value, str):
+        if len(value) > MAX_STRING_LENGTH:
+            return f"A string constant in a kernel is at most {MAX_STRING_LENGTH} characters (a name, a dtype, a scope)."
+        if value and not (IDENTIFIER_STRING.fullmatch(value) and not any(_is_dunder(p) for p in value.split("."))):
+            return ("A string constant in a kernel may hold only a name, a dtype or a scope (letters, digits, _ "
+                    "and dots); TVM parses some strings as Python code, so leir gives it no other text.")
+        return None
+    if isinstance(value, tuple | list):
+        if len(value) > MAX_CONSTANT_ELEMENTS:
+            return f"A constant sequence in a kernel has at most {MAX_CONSTANT_ELEMENTS} elements."
+        return next((r for r in map(constant_refusal, value) if r is not None), None)
+    if isinstance(value, bytes):
+        return "A bytes literal is not TVMScript."
+    if isinstance(value, complex):
+        return "A complex number is not TVMScript."
+    if value is Ellipsis:
+        return "`...` is not TVMScript."
+    return f"A {type(value).__name__} literal is not TVMScript."
+
+
+#: The integer operators Python folds on plain numbers, as TVM's parser
+#: lets it (``/`` makes a float and is left out).
+_INTEGER_OPERATORS = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod, ast.Pow: operator.pow, ast.LShift: operator.lshift, ast.RShift: operator.rshift,
+    ast.BitOr: operator.or_, ast.BitXor: operator.xor, ast.BitAnd: operator.and_,
+}  # fmt: skip
+
+
+def _foldable(op: ast.operator, left: int, right: int) -> bool:
+    """Whether folding ``left op right`` is an integer within bounds (and
+    raises nothing): operands of at most ``MAX_INTEGER_BITS`` bits, a
+    non-negative exponent or shift of at most ``MAX_LITERAL_EXPONENT``, no
+    division by zero."""
+    if left.bit_length() > MAX_INTEGER_BITS or right.bit_length() > MAX_INTEGER_BITS:
+        return False
+    if isinstance(op, ast.Pow | ast.LShift | ast.RShift):
+        return 0 <= right <= MAX_LITERAL_EXPONENT
+    if isinstance(op, ast.FloorDiv | ast.Mod):
+        return right != 0
+    return True
 
 
 def _namespace_refusal(written: str, resolved: Resolved | None) -> str | None:
@@ -524,6 +651,24 @@ def _namespace_refusal(written: str, resolved: Resolved | None) -> str | None:
     if len(members) == 1 and members[0] in IR_MEMBERS:
         return None
     return not_listed
+
+
+def docstrings(kernel: KernelSource) -> list[ast.Constant]:
+    """The docstrings of a kernel (its function's, or its module class's and
+    each of its functions'). The screen lets them through whatever they
+    say, and TVM is given the kernel with them blanked."""
+    node = kernel.node
+    definitions = [node, *(s for s in node.body if isinstance(s, ast.FunctionDef))] if isinstance(node, ast.ClassDef) else [node]
+    return [d.body[0].value for d in definitions if d.body and _is_docstring(d, d.body[0])]
+
+
+def _is_docstring(definition: ast.AST, statement: ast.stmt) -> bool:
+    return (
+        statement is definition.body[0]
+        and isinstance(statement, ast.Expr)
+        and isinstance(statement.value, ast.Constant)
+        and isinstance(statement.value.value, str)
+    )
 
 
 def _names_stored_in(body: list[ast.stmt]) -> frozenset[str]:
