@@ -28,11 +28,13 @@ DEFAULT_MEMORY_CAP = 4 * 1024**3
 
 _ISOLATED_ENV = "LEIR_ISOLATED_WORKER"
 _isolated = False
+_cap: int | None = None
 
 
 def limit_memory(cap: int | None, *, cuda: bool = False) -> None:
     """Cap this process's memory at ``cap`` bytes (no cap when falsy).
     Never raises the hard limit a parent set."""
+    global _cap
     if not cap:
         return
     import resource
@@ -43,6 +45,12 @@ def limit_memory(cap: int | None, *, cuda: bool = False) -> None:
     if soft != resource.RLIM_INFINITY:
         new = min(new, soft)
     resource.setrlimit(kind, (new, hard))
+    _cap = new
+
+
+def memory_cap() -> int | None:
+    """The cap ``limit_memory`` set in this process, if any."""
+    return _cap
 
 
 def mark_isolated() -> None:

@@ -101,7 +101,9 @@ def _parse(text: str, aliases: dict[str, str], constants: dict[str, Any]) -> Any
     except SyntaxError as e:
         return ParseFailure("syntax", e.msg or "invalid syntax", "SyntaxError", e.lineno, e.offset)
     except MemoryError:
-        return ParseFailure("limit", f"TVM's parser needed more than the {MEMORY_CAP // 1024**2} MiB leir gives it for this kernel")
+        cap = sandbox.memory_cap()
+        given = f"the {cap // 1024**2} MiB" if cap else "the memory"
+        return ParseFailure("limit", f"TVM's parser needed more than {given} leir gives it for this kernel")
     except RecursionError:
         return ParseFailure("limit", "TVM's parser recursed too deeply on this kernel")
     except Exception as e:  # noqa: BLE001 - TVM reports a user's mistakes by raising anything
