@@ -97,7 +97,12 @@ def random_inputs(analysis: Analysis, seed: int = 0) -> dict[str, np.ndarray]:
     floats uniform in [-1, 1); integers small (-8..7 signed, 0..7 unsigned)
     so that sums stay far from overflow; booleans fair coin flips. A float
     input read only inside ``sqrt``, ``rsqrt`` or ``log`` (a variance) is
-    drawn from [0, 1) instead, so that the program stays in its domain."""
+    drawn from [0, 1) instead, so that the program stays in its domain.
+    Raises ``leir.footprint.MemoryBudgetExceeded`` (before allocating) when
+    the program's tensors alone exceed the memory budget."""
+    from leir.footprint import require_within_budget
+
+    require_within_budget(analysis, "tensors")
     rng = np.random.default_rng(seed)
     nonnegative = domain_limited_inputs(analysis)
     return {t.name: random_array(t, rng, nonnegative=t.name in nonnegative) for t in analysis.inputs()}

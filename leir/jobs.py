@@ -17,7 +17,23 @@ from typing import Any
 
 from leir.errors import LeirError
 
-__all__ = ["Applied", "Converted", "Failure", "apply_step", "convert", "kernel_program", "optimize_child"]
+__all__ = ["Applied", "Converted", "Failure", "apply_step", "convert", "job_worker_initializer", "kernel_program",
+           "optimize_child"]
+
+
+def job_worker_initializer(cap: int | None, budget_mb: float | None = None) -> None:
+    """The server's job pool ``initializer``: the process's memory is capped
+    at ``cap`` bytes and it is marked isolated (``leir.sandbox``), and the
+    memory budget (``leir.footprint``) its jobs check programs against is
+    ``budget_mb`` (None: the default or ``$LEIR_MEMORY_BUDGET_MB``)."""
+    import os
+
+    from leir.footprint import BUDGET_ENV
+    from leir.sandbox import worker_initializer
+
+    if budget_mb is not None:
+        os.environ[BUDGET_ENV] = repr(float(budget_mb))
+    worker_initializer(cap)
 
 
 @dataclass(frozen=True)
@@ -92,6 +108,10 @@ def _apply_leir(text: str, step, verify: bool, record: bool) -> Applied | Failur
         first = next(d for d in doc.diagnostics if d.is_error)
         return Failure("document", f"the document has errors ({doc.source.format_location(first.span)}: "
                                    f"{first.message}); fix them before transforming it")
+    if verify:
+        from leir.footprint import require_within_budget
+
+        require_within_budget(doc.analysis, "verify")  # before anything is lowered or built
     program = transforms.apply(doc.analysis, step)
     after = analyze(program)
     summary = "not verified"
@@ -113,6 +133,10 @@ def _apply_tvmscript(text: str, step, kernel: str | None, verify: bool, record: 
     from leir.transforms.tvmscript import load_kernel, tvmscript_apply, tvmscript_verify
 
     before = load_kernel(text, kernel)
+    if verify:
+        from leir.footprint import require_within_budget
+
+        require_within_budget(before.ctx.analysis, "verify")
     new_text = tvmscript_apply(text, step, before.name)
     after = load_kernel(new_text, before.name)
     summary = "not verified"
@@ -278,6 +302,13 @@ def _optimize(conn, text: str, language: str, kernel: str | None, options: dict)
         from leir.transforms.tvmscript import load_kernel
 
         start = load_kernel(text, kernel).ctx.analysis
+    from leir.footprint import BUDGET_ENV, require_within_budget
+
+    if options.get("memory_budget_mb") is not None:  # what this search's verifications check against
+        import os
+
+        os.environ[BUDGET_ENV] = repr(float(options["memory_budget_mb"]))
+    require_within_budget(start, "verify")
     steps = int(options.get("steps", 3))
     budget = int(options.get("budget", 6 * steps + 1))
     strategy = options.get("strategy", "greedy")

@@ -706,6 +706,9 @@ def optimize(analysis: Analysis, steps: int = 4, budget: int | None = None, stra
         raise OptimizeError("beam width and iterations must be at least 1")
     if not analysis.ok:
         raise OptimizeError("the program has errors; fix them before optimizing it")
+    from leir.footprint import require_within_budget
+
+    require_within_budget(analysis, "verify")  # every candidate is verified: refused before any is built
     owned = measurer is None
     measurer = measurer or default_measurer(target)
     try:

@@ -123,6 +123,9 @@ def compile_program(analysis: Analysis, target: str = "llvm") -> CompiledProgram
     """Lower, build and load the program for ``target`` (see ``run``)."""
     if target not in TARGETS:
         raise RunError(f"unknown target {target!r}: expected one of {', '.join(TARGETS)}")
+    from leir.footprint import require_within_budget
+
+    require_within_budget(analysis, "run")  # MemoryBudgetExceeded, before anything is built
     _require_transferable(analysis)
     func, tvm_target, device, notes = _lowered_for(analysis, target)
     module = _loaded(build(func, tvm_target))

@@ -2,7 +2,8 @@
 
 Refused, with an error and no edit, when the document is no longer at the
 version the action was listed for (``data.version``), or changes while the
-step is verified. Otherwise the step is applied and verified numerically in
+step is verified, or when the program exceeds the memory budget
+(``leir.memoryBudgetMB``; said before any job starts). Otherwise the step is applied and verified numerically in
 a worker process (``leir.jobs.apply_step``); a step that fails
 verification, or that TVM or the checks refuse, is an error, never an edit.
 The edit is a ``TextDocumentEdit`` for that version, replacing the smallest
@@ -18,7 +19,7 @@ from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
 from leir_server import trajectory
-from leir_server.workers import InvalidParams, RequestFailed, require_trust, workers_of
+from leir_server.workers import InvalidParams, RequestFailed, require_budget, require_trust, workers_of
 
 
 def parse_data(data: Any) -> tuple[str, int | None, str | None, dict]:
@@ -116,6 +117,10 @@ async def handle(server: LanguageServer, action: types.CodeAction) -> types.Code
     snapshot = session.snapshot(uri)
     if snapshot is None:
         raise _stale(server, uri, version)
+    if snapshot.language == "leir":  # a Python kernel's size is known once it is loaded, in the job
+        doc = await asyncio.to_thread(lambda: snapshot.leir)
+        if doc is not None and doc.ok:
+            require_budget(server, doc.analysis, "verify", f"{step['id']} not applied")
     result = await workers_of(server).run(apply_step, snapshot.text, snapshot.language, step, kernel,
                                           what=f"applying {step['id']}")
     if isinstance(result, Failure):

@@ -120,10 +120,10 @@ def _checked(server: "LeirServer", snapshot: "DocumentSnapshot") -> list[types.D
     snapshot was overtaken before its check started."""
     if not server.session.is_current(snapshot.uri, snapshot.version):
         return None
-    return to_lsp(snapshot, document_diagnostics(snapshot))
+    return to_lsp(snapshot, document_diagnostics(snapshot, getattr(server.session.settings, "memory_budget_mb", None)))
 
 
-def document_diagnostics(snapshot: "DocumentSnapshot") -> list["Diagnostic"]:
+def document_diagnostics(snapshot: "DocumentSnapshot", budget_mb: float | None = None) -> list["Diagnostic"]:
     """What leir reports for a document. A Python file with no TVMScript
     kernel is none of leir's business: nothing is reported and TVM is not
     imported, unless it does not parse and mentions a kernel decorator (a
@@ -134,7 +134,15 @@ def document_diagnostics(snapshot: "DocumentSnapshot") -> list["Diagnostic"]:
         from leir.tvmscript.discovery import parse_python
 
         return parse_python(snapshot.text)[1]
-    return snapshot.checked.diagnostics
+    diagnostics = snapshot.checked.diagnostics
+    if snapshot.language == "leir" and not snapshot.too_large:  # the memory budget (leir.footprint), a warning
+        from leir.footprint import budget_diagnostics
+
+        doc = snapshot.leir
+        extra = budget_diagnostics(doc.analysis, budget_mb) if doc is not None and doc.ok else []
+        if extra:
+            diagnostics = list(diagnostics) + extra
+    return diagnostics
 
 
 def to_lsp(snapshot: "DocumentSnapshot", diagnostics: list["Diagnostic"]) -> list[types.Diagnostic]:

@@ -59,6 +59,9 @@ class Settings:
     #: Publish the top suggestions on save as Hint diagnostics, for editors
     #: without a code-action menu.
     suggestions_on_save: bool = False
+    #: Programs whose memory exceeds it (MB) are refused before anything is
+    #: built (``leir.footprint``); None: the default (1000 MB).
+    memory_budget_mb: float | None = None
 
     @classmethod
     def from_json(cls, data: Any) -> tuple["Settings", list[str]]:
@@ -100,6 +103,8 @@ class Settings:
             data = {**data, "modelEnabled": model.get("enabled")}
         take("modelEnabled", "model_enabled", bool)
         take("suggestionsOnSave", "suggestions_on_save", bool)
+        take("memoryBudgetMB", "memory_budget_mb", (int, float), lambda v: not isinstance(v, bool) and 1 <= v <= 10**7,
+             "expected a number of megabytes from 1 to 10000000")
         settings = cls(**values)
         if settings.target == "rpc" and not (settings.rpc_tracker and settings.rpc_key):
             problems.append(f"{CONFIG_SECTION}.target is rpc but rpcTracker and rpcKey are not both set; using llvm")

@@ -7,7 +7,12 @@
   (a segfault in TVM) fails its job with the reason and is replaced.
   ``pebble`` does those three things, which ``concurrent.futures``'
   ``ProcessPoolExecutor`` does not (it cannot stop a running job, and one
-  crash breaks the whole pool).
+  crash breaks the whole pool). Each job process is capped
+  (``leir.jobs.job_worker_initializer``: ``leir.sandbox`` memory cap of
+  ``leir.footprint.worker_cap`` of the ``memoryBudgetMB`` setting, 4.2 GB
+  with the default budget, and marked isolated); a job that runs out of it
+  fails with a ``RequestFailed`` that says so, and the pool goes on with a
+  fresh process where the old one died.
 - **Measurements**: the measurement engine (``leir.measure``), which has
   its own worker processes and the on-disk cache. Created on first use with
   the settings' target, recreated when the target changes, closed on
@@ -83,6 +88,8 @@ class Workers:
         self.server = server
         self._lock = threading.Lock()
         self._pool = None
+        #: (memory cap, budget MB) the pool's processes were started with.
+        self._pool_limits: tuple | None = None
         self._engine: "MeasurementEngine | None" = None
         self._engine_settings: tuple | None = None
         self._lookups: dict[str, "MeasuredLookup | None"] = {}
@@ -91,15 +98,36 @@ class Workers:
 
     # ------------------------------------------------------------ jobs
 
+    def budget_mb(self) -> float | None:
+        """The ``memoryBudgetMB`` setting (None: the default)."""
+        return getattr(self.server.session.settings, "memory_budget_mb", None)
+
+    def memory_cap(self) -> int:
+        """The memory cap of each job process, from the budget."""
+        from leir.footprint import worker_cap
+
+        return worker_cap(self.budget_mb())
+
     def _pool_now(self):
         import pebble
 
+        from leir.jobs import job_worker_initializer
+
+        limits = (self.memory_cap(), self.budget_mb())
+        old = None
         with self._lock:
             if self.closed:
                 raise RequestFailed("the server is shutting down")
+            if self._pool is not None and self._pool_limits != limits:
+                old, self._pool = self._pool, None  # the budget changed: new jobs get new processes
             if self._pool is None:
-                self._pool = pebble.ProcessPool(max_workers=POOL_WORKERS, context=_context())
-            return self._pool
+                self._pool = pebble.ProcessPool(max_workers=POOL_WORKERS, context=_context(),
+                                                initializer=job_worker_initializer, initargs=limits)
+                self._pool_limits = limits
+            pool = self._pool
+        if old is not None:
+            old.close()  # running jobs finish; their processes then exit
+        return pool
 
     async def run(self, function: Callable, *args, timeout: float = JOB_TIMEOUT_S, what: str = "the job", **kwargs):
         """``function(*args, **kwargs)`` in a job process. Raises
@@ -107,7 +135,11 @@ class Workers:
         the awaiting task kills the job."""
         from pebble import ProcessExpired
 
-        future = self._pool_now().schedule(function, args=args, kwargs=kwargs, timeout=timeout)
+        from leir.footprint import format_bytes
+
+        pool = self._pool_now()
+        cap = self._pool_limits[0] if self._pool_limits else self.memory_cap()
+        future = pool.schedule(function, args=args, kwargs=kwargs, timeout=timeout)
         try:
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:
@@ -115,8 +147,12 @@ class Workers:
             raise
         except TimeoutError:
             raise RequestFailed(f"{what} took longer than {timeout:.0f} s and was stopped") from None
+        except MemoryError:
+            raise RequestFailed(f"{what} ran out of memory: a job may use {format_bytes(cap)} (the memory budget "
+                                f"plus TVM's own; setting leir.memoryBudgetMB)") from None
         except ProcessExpired as e:
-            raise RequestFailed(f"{what} stopped: its worker process died ({e})") from None
+            raise RequestFailed(f"{what} stopped: its worker process died ({e}; a job may use {format_bytes(cap)} "
+                                f"of memory, setting leir.memoryBudgetMB)") from None
         except CancelledError:
             raise RequestFailed(f"{what} was cancelled (the workers restarted)") from None
 
@@ -124,7 +160,7 @@ class Workers:
 
     def _settings_key(self) -> tuple:
         s = self.server.session.settings
-        return (s.target, s.rpc_tracker, s.rpc_key)
+        return (s.target, s.rpc_tracker, s.rpc_key, getattr(s, "memory_budget_mb", None))
 
     def engine(self) -> "MeasurementEngine":
         """The measurement engine for the current target (created, or
@@ -141,7 +177,7 @@ class Workers:
             old, self._engine = self._engine, None
         if old is not None:
             old.close()
-        engine = MeasurementEngine(self.server.session.settings.measure_target)
+        engine = MeasurementEngine(self.server.session.settings.measure_target, memory_budget_mb=self.budget_mb())
         with self._lock:
             self._engine, self._engine_settings = engine, key
         return engine
@@ -188,6 +224,7 @@ class Workers:
             run.cancel()
         with self._lock:
             pool, self._pool = self._pool, None
+            self._pool_limits = None
             engine, self._engine = self._engine, None
             self._engine_settings = None
             self._lookups.clear()
@@ -212,6 +249,18 @@ def require_trust(server, what: str) -> None:
     if not server.session.trusted:
         raise RequestFailed(f"{what} is off in an untrusted workspace: it compiles and runs the kernel; "
                             f"trust the workspace to enable it")
+
+
+def require_budget(server, analysis, what: str, refusal: str) -> None:
+    """Refuse (``RequestFailed``: "REFUSAL: the tensors of this program
+    take ...") work on a program whose memory exceeds the
+    ``memoryBudgetMB`` budget, before any job is started. ``what``: "verify",
+    "measure" or "run" (``leir.footprint.check_budget``)."""
+    from leir.footprint import check_budget
+
+    message = check_budget(analysis, what, budget_mb=workers_of(server).budget_mb())
+    if message is not None:
+        raise RequestFailed(f"{refusal}: {message}")
 
 
 def workers_of(server) -> Workers:

@@ -188,6 +188,9 @@ class MeasurementEngine:
     ``repeat``, ``min_run_ms``: timed runs per measurement, and the least
     duration of each (``timing``). ``timeout_s``: the limit of each phase of
     a job. ``memory_cap_gib``: each worker's memory cap (None: none).
+    ``memory_budget_mb``: programs whose memory (``leir.footprint``) exceeds
+    it are refused when submitted, before anything is built (None: the
+    default, or ``$LEIR_MEMORY_BUDGET_MB``).
     ``vendor``: time the vendor reference too (local CPU only).
     ``exclusive_timing``: no build overlaps a timing (default: on the local
     CPU only).
@@ -196,7 +199,8 @@ class MeasurementEngine:
     def __init__(self, target: str | RPC = "llvm", *, workers: int | None = None, cache=True,
                  repeat: int = DEFAULT_REPEAT, min_run_ms: float = DEFAULT_MIN_RUN_MS, timeout_s: float = 60.0,
                  memory_cap_gib: float | None = 8.0, max_queued: int = 1024, seed: int = 0, vendor: bool = True,
-                 exclusive_timing: bool | None = None):
+                 exclusive_timing: bool | None = None, memory_budget_mb: float | None = None):
+        self.memory_budget_mb = memory_budget_mb
         if repeat < 1:
             raise LeirError(f"repeat {repeat}: at least one timed run is needed")
         if timeout_s <= 0:
@@ -370,6 +374,10 @@ class MeasurementEngine:
     def _submit(self, program, *, trace, workload, priority, label, repeat, timeout_s, use_cache, block, wait_s,
                 on_phase, fault, paired=None, reference=None, seeds=None) -> MeasurementFuture:
         analysis = _as_analysis(program)
+        from leir.footprint import require_within_budget
+
+        # Refused here, in one line, rather than by a worker's memory cap.
+        require_within_budget(analysis, "measure", budget_mb=self.memory_budget_mb)
         check = None
         if reference is not None:
             from leir.inputs import SEEDS

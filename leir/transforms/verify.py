@@ -1,6 +1,13 @@
 """Numerical verification of a step: run the program before and after on
 the same inputs and compare every output.
 
+Only what the step can change is built and run (``leir.transforms.scope``:
+the nests it rewrote, the nests downstream that read what they write, from
+the state the unchanged nests before them compute once per seed); the
+module docstring there says why the other nests need no re-check. A step
+whose change cannot be scoped (it touches the first and last nests, or an
+input's declaration) is verified on the whole program.
+
 Several seeds; one of them draws integer-valued inputs, on which sums and
 products are exact, so a reassociating step (split, rfactor) that is right
 matches exactly there and a wrong index shows up as a large error rather
@@ -25,6 +32,9 @@ class Verification:
     #: seed -> output name -> Comparison
     comparisons: dict[int, dict[str, object]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: ``leir.transforms.scope.Scope`` of a scoped verification (None: the
+    #: whole program was built and run).
+    scope: object = None
 
     def summary(self) -> str:
         worst = {}
@@ -40,13 +50,77 @@ class Verification:
         return max((c.max_abs_err for s in self.comparisons.values() for c in s.values()), default=0.0)
 
 
-def verify(before: Analysis, after: Analysis, seeds: tuple[int, ...] = SEEDS, target: str = "llvm") -> Verification:
-    from leir.run import compare, compile_program
+def verify(before: Analysis, after: Analysis, seeds: tuple[int, ...] = SEEDS, target: str = "llvm", *,
+           scoped: bool = True) -> Verification:
+    """Run both programs on the inputs of each seed and compare every
+    output that can differ. With ``scoped`` (the default) only the nests
+    the step can change are built (see the module docstring); otherwise,
+    or when the change cannot be scoped, the whole programs. Raises
+    ``leir.footprint.MemoryBudgetExceeded`` before building anything when
+    the programs exceed the memory budget."""
+    from leir.footprint import require_within_budget
 
     outs_before = {t.name: t for t in before.outputs()}
     outs_after = {t.name: t for t in after.outputs()}
     if set(outs_before) != set(outs_after):
         return Verification(False, notes=[f"outputs changed from {sorted(outs_before)} to {sorted(outs_after)}"])
+    require_within_budget(before, "verify", after=after)
+    if scoped:
+        from leir.transforms.scope import scope_of, sub_programs
+
+        scope = scope_of(before, after)
+        if scope is not None and not scope.compared:
+            result = Verification(True, notes=[f"the step changes no output: {scope.describe()}"])
+            result.scope = scope
+            return result
+        subs = sub_programs(before, after, scope) if scope is not None else None
+        if subs is not None:
+            return _verify_scoped(before, scope, subs, seeds, target)
+    return _verify_whole(before, after, outs_before, seeds, target)
+
+
+def _verify_scoped(before: Analysis, scope, subs, seeds: tuple[int, ...], target: str) -> Verification:
+    from leir.inputs import zeros
+    from leir.run import compare, compile_program
+
+    result = Verification(True)
+    result.scope = scope
+    run_upstream = compile_program(subs.upstream, target) if subs.upstream is not None else None
+    run_before = compile_program(subs.before, target)
+    run_after = compile_program(subs.after, target)
+    for seed in seeds:
+        drawn = seed_inputs(before, seed, seeds)
+        carried = {}
+        if run_upstream is not None:
+            carried = run_upstream({t.name: drawn[t.name] for t in subs.upstream.inputs()}).outputs
+
+        def feed(sub: Analysis) -> dict:
+            values = {}
+            for t in sub.inputs():
+                kind, name = subs.feeds[t.name]
+                values[t.name] = drawn[name] if kind == "input" else carried[name] if kind == "carried" else zeros(t)
+            return values
+
+        ran_before = run_before(feed(subs.before))
+        ran_after = run_after(feed(subs.after))
+        per_seed = {}
+        for name in scope.compared:
+            t = subs.before.tensors[name]
+            c = compare(ran_after.outputs[name], ran_before.outputs[name], t.dtype)
+            per_seed[name] = c
+            result.ok &= c.ok
+        result.comparisons[seed] = per_seed
+        for note in ran_before.notes:
+            if note not in result.notes:
+                result.notes.append(note)
+    result.notes.append(scope.describe())
+    return result
+
+
+def _verify_whole(before: Analysis, after: Analysis, outs_before: dict, seeds: tuple[int, ...],
+                  target: str) -> Verification:
+    from leir.run import compare, compile_program
+
     result = Verification(True)
     run_before = compile_program(before, target)
     run_after = compile_program(after, target)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 
-from leir_server.workers import RequestFailed, require_trust, workers_of
+from leir_server.workers import RequestFailed, require_budget, require_trust, workers_of
 
 
 async def program_of(server, call, snapshot, kernel: str | None):
@@ -44,6 +44,8 @@ def status(server, measuring: bool, uri: str | None = None, latency_ms: float | 
 
 
 async def run(server, call) -> dict:
+    from leir.footprint import MemoryBudgetExceeded
+
     require_trust(server, "measuring")
     snapshot = call.snapshot(server)
     kernel = call.string("kernel")
@@ -51,10 +53,16 @@ async def run(server, call) -> dict:
         raise RequestFailed(f"{call.name}: 'kernel' chooses a kernel of a Python file; a .leir file is one program")
     repeat = call.integer("repeat", 0, 1, 1000) or None
     program = await program_of(server, call, snapshot, kernel)
+    if not isinstance(program, str):  # a kernel's LEIR text: the engine refuses it when it is submitted
+        require_budget(server, program, "measure", f"{call.name} refused")
     workers = workers_of(server)
     engine = await asyncio.to_thread(workers.engine)
     status(server, True, snapshot.uri, device=engine.device)
-    future = await asyncio.to_thread(engine.submit, program, label=snapshot.uri, repeat=repeat)
+    try:
+        future = await asyncio.to_thread(engine.submit, program, label=snapshot.uri, repeat=repeat)
+    except MemoryBudgetExceeded as e:
+        status(server, False, snapshot.uri, device=engine.device)
+        raise RequestFailed(f"{call.name} refused: {e}") from None
     waiting = asyncio.ensure_future(asyncio.wrap_future(future))
     cancelled = asyncio.ensure_future(call.cancelled.wait())
     try:

@@ -29,7 +29,7 @@ from lsprotocol import types
 from leir_server import trajectory
 from leir_server.code_action_resolve import minimal_edit, versioned_edit
 from leir_server.commands.measure import status
-from leir_server.workers import OptimizeRun, RequestFailed, require_trust, workers_of
+from leir_server.workers import OptimizeRun, RequestFailed, require_budget, require_trust, workers_of
 
 #: Most steps one call may ask for.
 MAX_STEPS = 50
@@ -73,10 +73,14 @@ async def run(server, call) -> dict:
         target = "cuda" if "cuda" in (settings.rpc_key or "") else "llvm"
     else:
         target = settings.target
+    if snapshot.language == "leir":  # said before the search starts; a Python kernel is checked by the search
+        doc = await asyncio.to_thread(lambda: snapshot.leir)
+        if doc is not None and doc.ok:
+            require_budget(server, doc.analysis, "verify", f"{call.name} refused")
     workers = workers_of(server)
     engine = await asyncio.to_thread(workers.engine)
     options = {"steps": steps, "budget": budget, "strategy": strategy, "target": target,
-               "paired": hasattr(engine, "compare")}
+               "paired": hasattr(engine, "compare"), "memory_budget_mb": workers.budget_mb()}
 
     token = await _progress_token(server, call)
     uri, version = snapshot.uri, snapshot.version
