@@ -6,13 +6,19 @@ parses it with TVM (``tvm.script.from_source``), mapping every error to its
 range in the file; ``replace_kernel`` puts a transformed kernel back.
 
 Opening or checking a file never runs code from it. TVM's parser evaluates
-the Python expressions inside a kernel, so each kernel first passes the
+the Python expressions inside a kernel, and parses some of its strings as
+Python (a quoted ``T.Buffer`` shape), so each kernel first passes the
 allow-list in ``screen`` (TVMScript names, the kernel's own variables,
-literals, arithmetic, the statements of a kernel body); a kernel with
-anything else gets an "untrusted-code" error where it is and is not given to
-TVM. TVM sees only the kernel's own text, with the file's TVMScript aliases
-bound to TVMScript namespaces and nothing else: not the file's other names,
-not the real ``tvm`` package.
+literals, arithmetic, the statements of a kernel body; strings that are
+names, dtypes or scopes; integer constants of at most 64 bits, bounded
+before anything folds them); a kernel with anything else gets an
+"untrusted-code" error where it is and is not given to TVM. TVM sees only
+the kernel's own text (docstrings blanked), with the file's TVMScript
+aliases bound to TVMScript namespaces and nothing else: not the file's
+other names, not the real ``tvm`` package. It parses that text in a worker
+process with a time limit and a memory cap (``isolated``); a kernel past
+either gets a "tvmscript-limit" error. docs/security.md has the whole
+threat model.
 
 Module-level constants. A kernel often uses ``N = 128`` from the top of its
 file. Running the module to get ``N`` is exactly what must not happen, so a

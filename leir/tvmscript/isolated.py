@@ -9,7 +9,8 @@ for more fails with a diagnostic, the worker is killed and replaced, and
 the caller (the editor's check thread, ``leir check``) never waits longer
 than the limit. The worker sends back the parsed IR as TVM's own JSON
 serialization (``tvm.ir.save_json``), which the caller loads with
-``tvm.ir.load_json``: data, not code.
+``tvm.ir.load_json`` when it needs the IR (data, not code): checking a
+file needs only the diagnostics, and imports no TVM in the caller.
 
 A process that already runs under such limits (a measurement or job worker,
 ``leir.sandbox.isolated()``) parses in place.
@@ -18,8 +19,6 @@ A process that already runs under such limits (a measurement or job worker,
 from __future__ import annotations
 
 import atexit
-import importlib
-import sys
 import threading
 import warnings
 from dataclasses import dataclass
@@ -52,17 +51,29 @@ class ParseFailure:
     offset: int | None = None
 
 
+@dataclass(frozen=True)
+class Serialized:
+    """What the worker parsed, as TVM's JSON (``tvm.ir.save_json``)."""
+
+    text: str
+
+    def load(self) -> Any:
+        import tvm
+
+        return tvm.ir.load_json(self.text)
+
+
 def parse_source(text: str, aliases: dict[str, str], constants: dict[str, Any]) -> Any:
     """What ``tvm.script.from_source(text)`` makes of a screened kernel,
     with ``aliases`` (local name -> TVMScript path) bound to TVMScript's
     namespaces and ``constants`` (literal module constants) to their
-    values; a ``ParseFailure`` when it does not parse."""
+    values: ``Serialized`` from the worker, the IR itself when parsed in
+    place, a ``ParseFailure`` when it does not parse."""
     if sandbox.isolated():
         return _parse(text, aliases, constants)
     from pebble import ProcessExpired
 
     pool = _pool()
-    _import_tvm_meanwhile()
     future = pool.schedule(_parse_to_json, args=(text, aliases, constants), timeout=PARSE_TIMEOUT_S)
     try:
         outcome = future.result()
@@ -73,17 +84,7 @@ def parse_source(text: str, aliases: dict[str, str], constants: dict[str, Any]) 
     except Exception as e:  # noqa: BLE001 - a pool that cannot start workers raises; the next parse starts a new one
         _discard(pool)
         return ParseFailure("limit", f"TVM's parser could not run: {type(e).__name__}: {e}")
-    if isinstance(outcome, ParseFailure):
-        return outcome
-    import tvm
-
-    return tvm.ir.load_json(outcome)
-
-
-def _import_tvm_meanwhile() -> None:
-    """Import TVM here (for ``load_json``) while the worker parses, not after."""
-    if "tvm" not in sys.modules:
-        threading.Thread(target=importlib.import_module, args=("tvm",), daemon=True).start()
+    return outcome if isinstance(outcome, ParseFailure) else Serialized(outcome)
 
 
 def _parse(text: str, aliases: dict[str, str], constants: dict[str, Any]) -> Any:

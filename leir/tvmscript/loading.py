@@ -8,14 +8,15 @@ import re
 import tokenize
 import warnings
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from leir.ast import Span
 from leir.diagnostics import Diagnostic, error
 from leir.tvmscript.discovery import KernelKind, KernelSource, decorator_kind, find_kernels
 from leir.tvmscript.lines import PythonLines, char_column
-from leir.tvmscript.isolated import ParseFailure, parse_source
-from leir.tvmscript.screen import BUILTIN_NAMES, docstrings, screen_kernel
+from leir.tvmscript.isolated import ParseFailure, Serialized, parse_source
+from leir.tvmscript.screen import BUILTIN_NAMES, constant_refusal, docstrings, screen_kernel
 
 if TYPE_CHECKING:
     import tvm
@@ -31,16 +32,20 @@ _SNIPPET_MARKER = re.compile(r" +\|  ([ ^]*)$")
 _WELL_FORMED_PREFIX = "Program is not well-formed."
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ParsedKernel:
     """A kernel and what TVM made of it: ``func`` is the PrimFunc of a
     ``prim_func`` kernel; ``module`` the IRModule of an ``ir_module`` kernel,
     or for a ``prim_func`` kernel a module holding it under its name. Both
-    are None when the kernel was refused or did not parse."""
+    are None when the kernel was refused or did not parse.
+
+    ``parsed`` is what the parse worker sent back (TVM's JSON of the IR,
+    ``Serialized``) or, in a worker, the IR itself; it is loaded on first
+    use of ``func`` or ``module``, so that checking a file (``leir check``,
+    the editor's diagnostics) never imports TVM in the caller."""
 
     source: KernelSource
-    func: "tvm.tirx.PrimFunc | None" = None
-    module: "tvm.IRModule | None" = None
+    parsed: Any = None
 
     @property
     def name(self) -> str:
@@ -49,6 +54,32 @@ class ParsedKernel:
     @property
     def kind(self) -> KernelKind:
         return self.source.kind
+
+    @property
+    def ok(self) -> bool:
+        """Whether TVM parsed the kernel (without loading what it parsed)."""
+        return self.parsed is not None
+
+    @cached_property
+    def _values(self) -> tuple[Any, Any]:
+        value = self.parsed.load() if isinstance(self.parsed, Serialized) else self.parsed
+        if value is None:
+            return None, None
+        import tvm
+
+        if isinstance(value, tvm.IRModule):
+            return None, value
+        if isinstance(value, tvm.tirx.PrimFunc):
+            return value, tvm.IRModule({self.source.name: value})
+        return None, None
+
+    @property
+    def func(self) -> "tvm.tirx.PrimFunc | None":
+        return self._values[0]
+
+    @property
+    def module(self) -> "tvm.IRModule | None":
+        return self._values[1]
 
 
 @dataclass(frozen=True)
@@ -77,7 +108,7 @@ def load_document(text: str) -> TVMScriptDocument:
     for source in sources:
         value, kernel_diagnostics = parse_kernel(source)
         diagnostics.extend(kernel_diagnostics)
-        kernels.append(_parsed(source, value))
+        kernels.append(ParsedKernel(source, value))
     diagnostics.sort(key=lambda d: (d.span.start, d.span.end))
     return TVMScriptDocument(text, tuple(kernels), tuple(diagnostics))
 
@@ -97,8 +128,9 @@ def parse_kernel(kernel: KernelSource) -> tuple[Any, list[Diagnostic]]:
     except _Unblankable as e:
         return None, [error(kernel.lines.node_span(e.node), "untrusted-code",
                             "leir cannot read this docstring's quotes, so it does not give the kernel to TVM.")]
+    # Only values the screen accepts reach TVM, used by the kernel or not.
     constants = {name: value for name, value in kernel.scope.constants.items()
-                 if name not in kernel.scope.aliases and name not in BUILTIN_NAMES}
+                 if name not in kernel.scope.aliases and name not in BUILTIN_NAMES and constant_refusal(value) is None}
     value = parse_source(source.text, dict(kernel.scope.aliases), constants)
     if not isinstance(value, ParseFailure):
         return value, []
@@ -107,18 +139,6 @@ def parse_kernel(kernel: KernelSource) -> tuple[Any, list[Diagnostic]]:
     if value.kind == "limit":
         return None, [error(kernel.name_span, "tvmscript-limit", value.message)]
     return None, [_tvm_error(kernel, source, value)]
-
-
-def _parsed(source: KernelSource, value: Any) -> ParsedKernel:
-    if value is None:
-        return ParsedKernel(source)
-    import tvm
-
-    if isinstance(value, tvm.IRModule):
-        return ParsedKernel(source, None, value)
-    if isinstance(value, tvm.tirx.PrimFunc):
-        return ParsedKernel(source, value, tvm.IRModule({source.name: value}))
-    return ParsedKernel(source)
 
 
 @dataclass(frozen=True)
