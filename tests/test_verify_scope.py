@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+import leir.evaluate
 import leir.run
 from leir import transforms
 from leir.document import load_leir
@@ -42,17 +43,26 @@ def _analysis(text: str):
 
 @pytest.fixture
 def builds(monkeypatch):
-    """The programs ``leir.run.compile_program`` builds: for each, the set of
+    """What the verification builds (``leir.run.compile_program``) and
+    evaluates with NumPy (``leir.evaluate.evaluate``): for each, the set of
     tensors its nests write and its number of nests."""
     built = []
-    real = leir.run.compile_program
+    real_build = leir.run.compile_program
+    real_evaluate = leir.evaluate.evaluate
 
-    def recording(analysis, target="llvm"):
-        writes = frozenset(info.equation.lhs.tensor for info in analysis.equations)
-        built.append((writes, len(analysis.program.units)))
-        return real(analysis, target)
+    def writes(analysis):
+        return frozenset(info.equation.lhs.tensor for info in analysis.equations)
 
-    monkeypatch.setattr(leir.run, "compile_program", recording)
+    def building(analysis, target="llvm"):
+        built.append(("built", writes(analysis), len(analysis.program.units)))
+        return real_build(analysis, target)
+
+    def evaluating(analysis, inputs, **kwargs):
+        built.append(("evaluated", writes(analysis), len(analysis.program.units)))
+        return real_evaluate(analysis, inputs, **kwargs)
+
+    monkeypatch.setattr(leir.run, "compile_program", building)
+    monkeypatch.setattr(leir.evaluate, "evaluate", evaluating)
     return built
 
 
@@ -67,8 +77,10 @@ def test_a_wrong_change_in_a_downstream_nest_is_caught(builds):
     result = transforms.verify(before, after)
     assert not result.ok and result.scope == scope
     assert "Y2: MISMATCH" in result.summary()
-    # Only block 2 was built: its mean and variance (upstream) and its output nest.
-    assert {w for w, _ in builds} == {frozenset({"mean2", "var2"}), frozenset({"Y2"})}
+    # Only block 2 ran: its mean and variance (upstream, evaluated once per
+    # seed) and its output nest before and after, built together once.
+    assert set(builds) == {("evaluated", frozenset({"mean2", "var2"}), 2),
+                           ("built", frozenset({"Y2", "Y2__after"}), 2)}
 
 
 def test_a_wrong_change_upstream_that_shows_only_downstream_is_caught(builds):
@@ -85,7 +97,9 @@ def test_a_wrong_change_upstream_that_shows_only_downstream_is_caught(builds):
     result = transforms.verify(before, after)
     assert not result.ok
     assert "Y1: MISMATCH" in result.summary()
-    assert builds and all(w <= {"mean1", "var1", "Y1"} for w, _ in builds)
+    # Block 1's three nests, before and after, in one build; nothing upstream
+    # (mean1 reads only an input), nothing of the other blocks.
+    assert builds == [("built", frozenset({"mean1", "var1", "Y1", "mean1__after", "var1__after", "Y1__after"}), 6)]
 
 
 def test_a_changed_update_of_a_tensor_the_prefix_wrote_is_caught():
@@ -114,10 +128,12 @@ def test_a_correct_step_on_a_many_nest_program_builds_only_the_affected_nests(bu
     assert result.ok, result.summary()
     assert result.scope.total_before == 120
     assert result.scope.region_before == (92,) and result.scope.cone == () and result.scope.upstream == (90, 91)
-    # Three small builds: the upstream slice (block 30's mean and variance),
-    # and block 30's output nest before and after the step.
-    assert sorted(builds, key=lambda b: (len(b[0]), sorted(b[0]))) == [
-        (frozenset({"Y30"}), 1), (frozenset({"Y30"}), 1), (frozenset({"mean30", "var30"}), 2)]
+    # One small build (block 30's output nest before and after the step)
+    # and the upstream slice (block 30's mean and variance) evaluated once
+    # per seed; nothing else of the 120 nests.
+    assert set(builds) == {("built", frozenset({"Y30", "Y30__after"}), 2),
+                           ("evaluated", frozenset({"mean30", "var30"}), 2)}
+    assert [b[0] for b in builds].count("built") == 1
     assert set(result.comparisons[0]) == {"Y30"}
 
 
@@ -127,4 +143,4 @@ def test_an_unscoped_verification_agrees(builds):
     wrong = _analysis(text.replace("mean1_{i} += X1_{i,j}/12.0", "mean1_{i} += X1_{i,j}/11.0"))
     whole = transforms.verify(before, wrong, scoped=False)
     assert not whole.ok and whole.scope is None
-    assert builds == [(frozenset(f"{t}{n}" for t in ("mean", "var", "Y") for n in range(3)), 9)] * 2
+    assert builds == [("built", frozenset(f"{t}{n}" for t in ("mean", "var", "Y") for n in range(3)), 9)] * 2

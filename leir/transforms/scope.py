@@ -295,3 +295,52 @@ def sub_programs(before: Analysis, after: Analysis, scope: Scope) -> SubPrograms
     if any(kind == "carried" and upstream is None for kind, _ in feeds.values()):
         return None
     return SubPrograms(upstream, sub_b, sub_a, feeds)
+
+
+# ------------------------------------------------------------ one build for both
+
+
+def merged(subs: SubPrograms) -> tuple[Analysis, dict[str, str]] | None:
+    """Both sub-programs as one program (the nests before the step, then
+    the nests after it, with every tensor of the second part that the first
+    part has too renamed), so that one build serves both; and the renaming
+    (a tensor of the program after -> its name here). The two parts share
+    no tensor they write, and an input only when its declaration is the
+    same, so each part computes exactly what it computes alone. None when
+    the merged program does not check."""
+    from dataclasses import replace
+
+    from leir.transforms.rewrite import map_equation, map_expr
+
+    sb, sa = subs.before, subs.after
+    taken = set(sb.tensors) | set(sa.tensors)
+    rename: dict[str, str] = {}
+    for name, t in sa.tensors.items():
+        tb = sb.tensors.get(name)
+        if t.role == "in" and tb is not None and tb.role == "in" and _info(tb) == _info(t):
+            rename[name] = name  # the same input: fed once
+        else:
+            k, candidate = 0, f"{name}__after"
+            while candidate in taken:
+                k += 1
+                candidate = f"{name}__after{k}"
+            taken.add(candidate)
+            rename[name] = candidate
+
+    def access(e):
+        return replace(e, tensor=rename[e.tensor]) if isinstance(e, A.Access) and e.tensor in rename else None
+
+    def item(node):
+        if isinstance(node, A.Equation):
+            return map_equation(node, lambda e: map_expr(e, access))
+        return replace(node, body=tuple(item(i) for i in node.body))
+
+    decls = list(sb.complete_program().decls)
+    for d in sa.complete_program().decls:
+        if rename[d.name] != d.name:
+            decls.append(replace(d, name=rename[d.name], name_span=None, span=None))
+    units = tuple(sb.program.units) + tuple(item(u) for u in sa.program.units)
+    program = analyze(A.Program(tuple(decls), units))
+    if not program.ok:
+        return None
+    return program, rename

@@ -79,38 +79,80 @@ def verify(before: Analysis, after: Analysis, seeds: tuple[int, ...] = SEEDS, ta
     return _verify_whole(before, after, outs_before, seeds, target)
 
 
+#: The upstream slice is evaluated with NumPy (``leir.evaluate``) rather than
+#: built when its equations run at most this many iterations in all:
+#: a build and its first call cost about half a second, the evaluation of
+#: a few small nests milliseconds.
+EVALUATE_UPSTREAM_POINTS = 1 << 22
+
+
+def _iterations(analysis: Analysis) -> int:
+    total = 0
+    for info in analysis.equations:
+        n = 1
+        for loop in info.loops:
+            n *= loop.extent
+        total += n
+    return total
+
+
 def _verify_scoped(before: Analysis, scope, subs, seeds: tuple[int, ...], target: str) -> Verification:
     from leir.inputs import zeros
     from leir.run import compare, compile_program
+    from leir.transforms.scope import merged
 
     result = Verification(True)
     result.scope = scope
-    run_upstream = compile_program(subs.upstream, target) if subs.upstream is not None else None
-    run_before = compile_program(subs.before, target)
-    run_after = compile_program(subs.after, target)
+    upstream = None
+    if subs.upstream is not None:
+        if _iterations(subs.upstream) <= EVALUATE_UPSTREAM_POINTS:
+            from leir.evaluate import evaluate
+
+            def upstream(inputs):
+                return evaluate(subs.upstream, inputs)
+        else:
+            built = compile_program(subs.upstream, target)
+
+            def upstream(inputs):
+                return built(inputs).outputs
+    both = merged(subs)
+    if both is not None:
+        program, rename = both
+        run_both = compile_program(program, target)
+    else:
+        run_before = compile_program(subs.before, target)
+        run_after = compile_program(subs.after, target)
     for seed in seeds:
         drawn = seed_inputs(before, seed, seeds)
         carried = {}
-        if run_upstream is not None:
-            carried = run_upstream({t.name: drawn[t.name] for t in subs.upstream.inputs()}).outputs
+        if upstream is not None:
+            carried = upstream({t.name: drawn[t.name] for t in subs.upstream.inputs()})
 
-        def feed(sub: Analysis) -> dict:
+        def feed(sub: Analysis, names=None) -> dict:
             values = {}
             for t in sub.inputs():
                 kind, name = subs.feeds[t.name]
-                values[t.name] = drawn[name] if kind == "input" else carried[name] if kind == "carried" else zeros(t)
+                value = drawn[name] if kind == "input" else carried[name] if kind == "carried" else zeros(t)
+                values[t.name if names is None else names[t.name]] = value
             return values
 
-        ran_before = run_before(feed(subs.before))
-        ran_after = run_after(feed(subs.after))
+        if both is not None:
+            ran = run_both({**feed(subs.before), **feed(subs.after, rename)})
+            before_outputs = ran.outputs
+            after_outputs = {name: ran.outputs[rename[name]] for name in scope.compared}
+            notes = ran.notes
+        else:
+            ran_before = run_before(feed(subs.before))
+            before_outputs, notes = ran_before.outputs, ran_before.notes
+            after_outputs = run_after(feed(subs.after)).outputs
         per_seed = {}
         for name in scope.compared:
             t = subs.before.tensors[name]
-            c = compare(ran_after.outputs[name], ran_before.outputs[name], t.dtype)
+            c = compare(after_outputs[name], before_outputs[name], t.dtype)
             per_seed[name] = c
             result.ok &= c.ok
         result.comparisons[seed] = per_seed
-        for note in ran_before.notes:
+        for note in notes:
             if note not in result.notes:
                 result.notes.append(note)
     result.notes.append(scope.describe())
