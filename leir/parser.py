@@ -23,8 +23,10 @@ from dataclasses import dataclass, replace
 
 from leir import ast as A
 from leir.ast import Span
+from leir.cancel import checkpoint
 from leir.diagnostics import Diagnostic, SourceText, error
 from leir.lexer import LOOP_HEADER, SIMPLE_ACCESS, Token, tokenize
+from leir.limits import MAX_EXTENT, MAX_LOOP_DEPTH, MAX_RANK, MAX_STATEMENTS, power_text
 
 RESERVED = frozenset({"in", "out", "tmp", "where", "inf"})
 
@@ -37,6 +39,11 @@ MAX_EXPR_DEPTH = 200
 MAX_NESTING = 100
 
 _PREC = A.BINARY_PRECEDENCE
+_EXTENT_TOO_LARGE = f"a loop extent must be at most {MAX_EXTENT} ({power_text(MAX_EXTENT)}, TVM's int32 loop variables)"
+_START_TOO_LARGE = (f"the loop's last value (start + extent - 1) must be at most {MAX_EXTENT} "
+                    f"({power_text(MAX_EXTENT)}, TVM's int32 loop variables)")
+_RANK_TOO_LARGE = f"an access has at most {MAX_RANK} indices (a tensor at most {MAX_RANK} dimensions)"
+_INDEX_TOO_LARGE = f"an integer in an index must be at most {MAX_EXTENT} ({power_text(MAX_EXTENT)}, TVM's int32 index type)"
 _STATEMENT_END = frozenset({";", "]"})
 
 
@@ -84,6 +91,7 @@ class _Parser:
         self._reported: set[tuple[int, int, str]] = set()
         self.loop_vars: list[str] = []
         self.nesting = 0
+        self.equations = 0  # parsed so far (``MAX_STATEMENTS``)
 
         # Significant tokens (ending with eof) and comments, apart. Stray
         # characters are reported here, a run of adjacent ones as one
@@ -293,6 +301,11 @@ class _Parser:
             tok = self.peek
             if tok.kind == "eof":
                 break
+            checkpoint()
+            if self.equations > MAX_STATEMENTS:
+                self.report(Span(tok.start, len(self.text)), "too-many-equations",
+                            f"more than {MAX_STATEMENTS} equations in one program; the rest of the file is not checked")
+                break
             start = self.pos
             try:
                 if self._at_decl():
@@ -300,7 +313,9 @@ class _Parser:
                 elif tok.kind == "op" and tok.text == "]":
                     self.fail(tok.span, "unbalanced-bracket", "']' without a matching '['")
                 else:
-                    units.append(self.unit())
+                    unit = self.unit()
+                    if unit is not None:
+                        units.append(unit)
             except _Recover:
                 self.synchronize()
             if self.pos == start:  # never loop without progress
@@ -335,6 +350,12 @@ class _Parser:
                 self.advance()
                 if value <= 0:
                     self.report(dim.span, "bad-extent", "a tensor dimension must be at least 1")
+                elif value > MAX_EXTENT:
+                    self.report(dim.span, "extent-too-large",
+                                f"a tensor dimension must be at most {MAX_EXTENT} ({power_text(MAX_EXTENT)}, TVM's int32 index type)")
+                    value = 1
+                if len(shape) == MAX_RANK:
+                    self.fail(dim.span, "rank-too-large", f"a tensor has at most {MAX_RANK} dimensions")
                 shape.append(value)
                 if self.at(","):
                     self.advance()
@@ -364,14 +385,42 @@ class _Parser:
             A.Comments(before, after),
         )
 
-    def unit(self) -> A.Nest:
+    def _skip_nest(self) -> None:
+        """Skip the rest of a nest refused whole: its remaining loop
+        headers, its bracketed body (up to the matching ``]``) and the ``;``
+        after it."""
+        while self._at_loop():
+            if self.advance().kind == "loop":
+                continue
+            # K ^{ N } _{ v [= N] }: up to the second '}'
+            closed = 0
+            while closed < 2 and self.peek.kind != "eof":
+                if self.advance().text == "}":
+                    closed += 1
+        if not self.at("["):
+            return
+        depth = 0
+        while self.peek.kind != "eof":
+            tok = self.advance()
+            if tok.kind == "op" and tok.text == "[":
+                depth += 1
+            elif tok.kind == "op" and tok.text == "]":
+                depth -= 1
+                if depth == 0:
+                    break
+        if self.at(";"):
+            self.advance()
+
+    def unit(self) -> A.Nest | None:
         if self._at_loop() or self.at("["):
             return self.nest()
         # A bare top-level equation (Step-TP allows ``A=B;`` outside brackets).
         eq = self.equation()
         return A.Nest((), (eq,), eq.span, bracketed=False)
 
-    def nest(self) -> A.Nest:
+    def nest(self) -> A.Nest | None:
+        """A loop nest; None when it was refused whole (too many loops),
+        reported and skipped."""
         first = self.peek
         start = first.start
         nest_column = self.column(first)
@@ -384,6 +433,11 @@ class _Parser:
                 self.fail(first.span, "too-deep", f"loop bodies nested more than {MAX_NESTING} deep")
             while self._at_loop():
                 loop = self.loop()
+                if len(self.loop_vars) >= MAX_LOOP_DEPTH:
+                    self.report(loop.span or first.span, "too-many-loops",
+                                f"more than {MAX_LOOP_DEPTH} loops enclose this body; the nest is not checked")
+                    self._skip_nest()
+                    return None
                 loops.append(loop)
                 self.loop_vars.append(loop.var)
             before = () if loops else self.take_pending()
@@ -421,7 +475,9 @@ class _Parser:
                 item_start = self.pos
                 try:
                     if self._at_loop() or self.at("["):
-                        body.append(self.nest())
+                        inner = self.nest()
+                        if inner is not None:
+                            body.append(inner)
                     else:
                         body.append(self.equation())
                 except _Recover:
@@ -468,6 +524,9 @@ class _Parser:
             extent = 1
         elif extent <= 0:
             self.report(extent_tok.span, "bad-extent", "a loop extent must be at least 1")
+        elif extent > MAX_EXTENT:
+            self.report(extent_tok.span, "extent-too-large", _EXTENT_TOO_LARGE)
+            extent = 1
         self.expect("}", "after the loop extent")
         self.expect("_{", "(the loop variable, as in _{i})")
         var_tok = self.peek
@@ -484,6 +543,9 @@ class _Parser:
             if start is None:
                 self.fail(start_tok.span, "expected-loop-start", f"expected the loop's integer start (usually 0), found {self.describe(start_tok)}")
             self.advance()
+            if start + extent - 1 > MAX_EXTENT:
+                self.report(start_tok.span, "extent-too-large", _START_TOO_LARGE)
+                start = 0
         end_tok = self.expect("}", "after the loop variable")
         after = self.trailing_comment()
         return A.Loop(
@@ -506,11 +568,17 @@ class _Parser:
         extent = int(m.group(2))
         if extent <= 0:
             self.report(extent_span, "bad-extent", "a loop extent must be at least 1")
+        elif extent > MAX_EXTENT:
+            self.report(extent_span, "extent-too-large", _EXTENT_TOO_LARGE)
+            extent = 1
         var = m.group(3)
         if var in RESERVED:
             self.report(var_span, "reserved-name", f"'{var}' is a reserved word and cannot name a loop variable")
         after = self.trailing_comment()
         start = int(m.group(4)) if m.group(4) is not None else 0
+        if start + extent - 1 > MAX_EXTENT:
+            self.report(Span(base + m.start(4), base + m.end(4)), "extent-too-large", _START_TOO_LARGE)
+            start = 0
         return A.Loop(m.group(1), extent, var, start, tok.span, kind_span, extent_span, var_span,
                       A.Comments(before, after))
 
@@ -530,7 +598,16 @@ class _Parser:
         offset = base + m.start(group)
         for item in body.split(","):
             span = Span(offset, offset + len(item))
-            indices.append(A.Num(int(item), item, span) if item[0].isdigit() else A.Var(item, span))
+            if len(indices) == MAX_RANK:
+                self.fail(span, "rank-too-large", _RANK_TOO_LARGE)
+            if item[0].isdigit():
+                value = int(item)
+                if value > MAX_EXTENT:
+                    self.report(span, "index-too-large", _INDEX_TOO_LARGE)
+                    value = 0
+                indices.append(A.Num(value, item, span))
+            else:
+                indices.append(A.Var(item, span))
             offset += len(item) + 1
         return A.Access(name, tuple(indices), m.group(2), m.group(3), tok.span, name_span), 2
 
@@ -565,6 +642,7 @@ class _Parser:
         else:
             self.fail(end_tok.span, "expected-token", f"expected ';' to end the equation, found {self.describe(end_tok)}")
         after = self.trailing_comment()
+        self.equations += 1
         return A.Equation(lhs, rhs, predicate, Span(lhs.span.start, end), A.Comments(before, after))
 
     # ------------------------------------------------------------ expressions
@@ -617,6 +695,8 @@ class _Parser:
                 while self.at(","):
                     self.advance()
                     item, d = self._expr(True, 0)
+                    if len(items) == MAX_RANK:
+                        self.fail(item.span or sub.span, "rank-too-large", _RANK_TOO_LARGE)
                     items.append(item)
                     item_depth = max(item_depth, d)
             finally:
@@ -670,6 +750,9 @@ class _Parser:
                     value = 0
                 else:
                     value = float(tok.text)
+            if index and isinstance(value, int) and value > MAX_EXTENT:
+                self.report(tok.span, "index-too-large", _INDEX_TOO_LARGE)
+                value = 0
             return A.Num(value, tok.text, tok.span), 1
         if kind == "op" and tok.text == "(":
             self.advance()

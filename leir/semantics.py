@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from leir import affine
 from leir import ast as A
 from leir.ast import Span
+from leir.cancel import checkpoint
+from leir.limits import MAX_ELEMENTS, MAX_ITERATIONS, power_text
 from leir.diagnostics import Diagnostic, Related, error, warning
 from leir.printer import print_expr
 
@@ -253,7 +255,11 @@ class _Analyzer:
         self.all_loops: dict[str, A.Loop] = {}
         self.has_thread_loops = False
         self._collect_loops()
-        self.facts = [self._facts(site) for site in self.sites]
+        self.facts = []
+        for k, site in enumerate(self.sites):
+            if not k & 255:
+                checkpoint()
+            self.facts.append(self._facts(site))
         self.enumeration_left = ENUMERATION_BUDGET
         self.warned_vector_loops: set[int] = set()
         self._forms: dict[int, affine.Affine | None] = {}
@@ -440,11 +446,19 @@ class _Analyzer:
         and equations left on the host of a GPU program."""
 
         def visit(nest: A.Nest, outer: dict[str, A.Loop], kernel: list[A.Loop] | None, bound: bool,
-                  vector_loops: list[A.Loop]) -> None:
+                  vector_loops: list[A.Loop], iterations: int | None = 1) -> None:
             scope = dict(outer)
             vector_loops = list(vector_loops)
             for loop in nest.loops:
                 span = loop.var_span or loop.span or _NO_SPAN
+                if iterations is not None:  # None: reported further out
+                    iterations *= max(loop.extent, 1)
+                    if iterations > MAX_ITERATIONS:
+                        self.report(error(loop.extent_span or span, "too-many-iterations",
+                                          f"the loops down to {loop.var} run more than {power_text(MAX_ITERATIONS)} "
+                                          f"iterations (their extents multiplied): more than TVM's and NumPy's "
+                                          f"int64 counters hold"))
+                        iterations = None
                 if loop.var in scope:
                     self.report(error(span, "duplicate-loop-var",
                                       f"loop variable {loop.var} is already bound by an enclosing loop",
@@ -468,7 +482,7 @@ class _Analyzer:
                 scope[loop.var] = loop
             for item in nest.body:
                 if isinstance(item, A.Nest):
-                    visit(item, scope, kernel, bound, vector_loops)
+                    visit(item, scope, kernel, bound, vector_loops, iterations)
                 elif not bound and self.has_thread_loops:
                     self.report(warning(item.lhs.span or _NO_SPAN, "unbound-on-gpu",
                                         f"this equation is under no B loop, but the program binds loops to GPU threads: "
@@ -537,6 +551,8 @@ class _Analyzer:
     def collect_uses(self, decls: dict[str, A.Decl]) -> dict[str, list[_Use]]:
         uses: dict[str, list[_Use]] = {}
         for k, facts in enumerate(self.facts):
+            if not k & 63:
+                checkpoint()
             site = facts.site
             eq = site.equation
             bound = facts.ranges
@@ -582,7 +598,11 @@ class _Analyzer:
             else:
                 shape = self.infer_shape(name, rank, tensor_uses)
             span = (decl.name_span if decl else None) or (tensor_uses[0].access.name_span if tensor_uses else None)
-            tensors[name] = TensorInfo(name, dtype, shape, scope, role, decl is not None, span)
+            info = tensors[name] = TensorInfo(name, dtype, shape, scope, role, decl is not None, span)
+            if len(shape) > 1 and info.size > MAX_ELEMENTS:
+                self.report(error(span or _NO_SPAN, "tensor-too-large",
+                                  f"tensor {name} would have {_dims_text(shape)} elements, more than "
+                                  f"{power_text(MAX_ELEMENTS)} (TVM's and NumPy's int64 offsets)"))
         return tensors
 
     def resolve_type(self, name: str, decl: A.Decl | None, uses: list[_Use]) -> tuple[str, str]:
@@ -738,6 +758,8 @@ class _Analyzer:
         infos: list[EquationInfo] = []
         written: set[str] = set()
         for k, facts in enumerate(self.facts):
+            if not k & 63:
+                checkpoint()
             site = facts.site
             eq = site.equation
             lhs = eq.lhs
@@ -813,6 +835,8 @@ class _Analyzer:
         outside it, any values of the loops inside) must never write the
         same element."""
         for info in equations:
+            if not info.index & 63:
+                checkpoint()
             loops = info.loops
             for k, loop in enumerate(loops):
                 if loop.kind in _PARALLEL_KINDS and loop.extent > 1:
@@ -972,6 +996,10 @@ class _Analyzer:
                     self.report(error(index.span or a.span or _NO_SPAN, "index-out-of-bounds",
                                       f"index {d} of {name} ranges over {lo}..{hi}{guarded}, outside 0..{extent - 1} "
                                       f"(dimension {d} of {name} has extent {extent})"))
+
+
+def _dims_text(shape: tuple[int, ...]) -> str:
+    return " x ".join(map(str, shape)) if sum(len(str(d)) for d in shape) < 200 else f"{len(shape)} dimensions' worth of"
 
 
 def _kind_name(kind: str) -> str:

@@ -120,7 +120,12 @@ def _checked(server: "LeirServer", snapshot: "DocumentSnapshot") -> list[types.D
     snapshot was overtaken before its check started."""
     if not server.session.is_current(snapshot.uri, snapshot.version):
         return None
-    return to_lsp(snapshot, document_diagnostics(snapshot, getattr(server.session.settings, "memory_budget_mb", None)))
+    from leir.cancel import Cancelled
+
+    try:
+        return to_lsp(snapshot, document_diagnostics(snapshot, getattr(server.session.settings, "memory_budget_mb", None)))
+    except Cancelled:  # a newer version stopped this check (the snapshot's token)
+        return None
 
 
 def document_diagnostics(snapshot: "DocumentSnapshot", budget_mb: float | None = None) -> list["Diagnostic"]:

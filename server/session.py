@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
@@ -148,7 +148,17 @@ class computed_once:
     """``functools.cached_property`` with one lock per snapshot and
     attribute. (Python 3.11's has one lock per attribute for every instance:
     one Python document's check, seconds of TVM, would hold up the checks
-    and requests of every other document.)"""
+    and requests of every other document.)
+
+    The value is computed under the snapshot's cancellation token
+    (``DocumentSnapshot.cancel_token``), not the token of the request that
+    happened to ask first: every request on the version shares it, so only
+    a newer version stops it. A request waiting for another thread's
+    computation still checks its own token meanwhile (``leir.cancel``), so
+    a cancelled or over-budget request stops waiting."""
+
+    #: How often a waiting request checks its own token, in seconds.
+    WAIT_POLL_S = 0.02
 
     def __init__(self, func):
         self.func = func
@@ -164,10 +174,18 @@ class computed_once:
         values = instance.__dict__  # once set, found there before this descriptor
         if self.name in values:
             return values[self.name]
+        from leir import cancel
+
         locks = values.setdefault("_computing", {})  # dict.setdefault is atomic
-        with locks.setdefault(self.name, threading.Lock()):
+        lock = locks.setdefault(self.name, threading.Lock())
+        while not lock.acquire(timeout=self.WAIT_POLL_S):
+            cancel.checkpoint()  # the waiting request's own token
+        try:
             if self.name not in values:
-                values[self.name] = self.func(instance)
+                with cancel.running(getattr(instance, "cancel_token", None)):
+                    values[self.name] = self.func(instance)
+        finally:
+            lock.release()
         return values[self.name]
 
 
@@ -180,6 +198,17 @@ class DocumentSnapshot:
     version: int | None
     text: str
     language: str  # "leir" or "tvmscript"
+    #: Whether this version is no longer the document's current one
+    #: (``Session`` sets it; None: never overtaken, as in tests).
+    overtaken: Callable[[], bool] | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self):
+        from leir_server.requests import snapshot_token
+
+        #: Stops the work on this version once it is overtaken (a newer
+        #: version, or the document closed): ``leir.cancel.checkpoint`` then
+        #: raises ContentModified (``leir_server.requests.Stopped``).
+        object.__setattr__(self, "cancel_token", snapshot_token(self.overtaken))
 
     @computed_once
     def source(self) -> "SourceText":
@@ -295,7 +324,9 @@ class Session:
         self.hints.pop(uri, None)
         self.published.pop(uri, None)
         with self._lock:
-            self._snapshots.pop(uri, None)
+            old = self._snapshots.pop(uri, None)
+        if old is not None:
+            old.cancel_token.cancel("overtaken")
 
     def snapshot(self, uri: str) -> DocumentSnapshot | None:
         """The current version of an open document this server serves, or
@@ -305,11 +336,16 @@ class Session:
             return None
         doc = self.server.workspace.get_text_document(uri)
         version, text = doc.version, doc.source
+        old = None
         with self._lock:
             snap = self._snapshots.get(uri)
             if snap is None or snap.version != version or snap.text is not text and snap.text != text:
-                snap = DocumentSnapshot(uri, version, text, language)
+                old = snap
+                snap = DocumentSnapshot(uri, version, text, language,
+                                        overtaken=lambda: not self.is_current(uri, version))
                 self._snapshots[uri] = snap
+        if old is not None:
+            old.cancel_token.cancel("overtaken")  # its checks and requests stop at their next checkpoint
         return snap
 
     def is_current(self, uri: str, version: int | None) -> bool:

@@ -13,6 +13,7 @@ from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
 from leir_server import suggestions
+from leir_server.requests import BUDGET_S, off_loop
 
 OPTIONS = types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.RefactorRewrite], resolve_provider=True)
 
@@ -36,7 +37,8 @@ async def handle(server: LanguageServer, params: types.CodeActionParams) -> list
     if not server.session.trusted:
         return []  # every step is verified by running it, which an untrusted workspace forbids
     offset = snapshot.offset(params.range.start)
-    found = await suggestions.at(server, snapshot, offset, MAX_ACTIONS)
+    found = await off_loop(snapshot, suggestions.compute, server, snapshot, offset, MAX_ACTIONS,
+                           budget_s=BUDGET_S["codeAction"], what="listing the steps at the cursor")
     return [
         types.CodeAction(
             title=s.label,

@@ -10,12 +10,11 @@ in a thread to compute its cache key.
 
 from __future__ import annotations
 
-import asyncio
-
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
 from leir_server import suggestions, trajectory
+from leir_server.requests import BUDGET_S, off_loop
 from leir_server.workers import workers_of
 
 OPTIONS = types.CodeLensOptions(resolve_provider=False)
@@ -38,10 +37,12 @@ async def handle(server: LanguageServer, params: types.CodeLensParams) -> list[t
     if snapshot is None or snapshot.too_large:
         return None
     trajectory.confirm(server, snapshot.uri)
-    kernels = suggestions.kernel_names(snapshot)
+    kernels = await off_loop(snapshot, suggestions.kernel_names, snapshot, budget_s=BUDGET_S["codeLens"],
+                             what="listing the kernels")  # parses a .leir file: off the loop
     if not kernels:
         return []
-    measured = await asyncio.to_thread(_latencies, server, snapshot, kernels)
+    measured = await off_loop(snapshot, _latencies, server, snapshot, kernels, budget_s=BUDGET_S["codeLens"],
+                              what="reading the cached latencies")
     target = server.session.settings.target
     lenses = []
     for kernel, span in kernels:

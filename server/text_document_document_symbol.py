@@ -3,11 +3,11 @@ kernel -> loop nests -> loops, with tensors as variables (``leir.outline``)."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 
 from lsprotocol import types
 
+from leir_server.requests import BUDGET_S, off_loop
 from leir_server.session import uri_to_path
 
 _KIND = {
@@ -24,7 +24,7 @@ async def handle(server, params: types.DocumentSymbolParams):
     if snapshot is None or snapshot.too_large:
         return None
     # A parse of a big file takes a while: never on the protocol loop.
-    tree = await asyncio.to_thread(symbols, snapshot)
+    tree = await off_loop(snapshot, symbols, snapshot, budget_s=BUDGET_S["documentSymbol"], what="the outline")
     if _hierarchical(server):
         return tree
     return list(_flat(snapshot.uri, tree, None))

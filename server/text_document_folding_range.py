@@ -3,9 +3,9 @@ Python files, TVMScript kernels (``leir.outline``)."""
 
 from __future__ import annotations
 
-import asyncio
-
 from lsprotocol import types
+
+from leir_server.requests import BUDGET_S, off_loop
 
 _KIND = {"region": types.FoldingRangeKind.Region, "comment": types.FoldingRangeKind.Comment}
 
@@ -14,7 +14,8 @@ async def handle(server, params: types.FoldingRangeParams) -> list[types.Folding
     snapshot = server.session.snapshot(params.text_document.uri)
     if snapshot is None or snapshot.too_large:
         return None
-    return await asyncio.to_thread(folding_ranges, snapshot)  # parses: off the protocol loop
+    return await off_loop(snapshot, folding_ranges, snapshot, budget_s=BUDGET_S["foldingRange"],
+                          what="folding ranges")  # parses: off the protocol loop
 
 
 def folding_ranges(snapshot) -> list[types.FoldingRange]:

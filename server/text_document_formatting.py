@@ -5,16 +5,17 @@ are left to Python formatters."""
 
 from __future__ import annotations
 
-import asyncio
-
 from lsprotocol import types
+
+from leir_server.requests import BUDGET_S, off_loop
 
 
 async def handle(server, params: types.DocumentFormattingParams) -> list[types.TextEdit] | None:
     snapshot = server.session.snapshot(params.text_document.uri)
     if snapshot is None or snapshot.language != "leir":
         return None
-    edits, refusal = await asyncio.to_thread(formatting, snapshot)  # parses: off the protocol loop
+    edits, refusal = await off_loop(snapshot, formatting, snapshot, budget_s=BUDGET_S["formatting"],
+                                    what="formatting")  # parses: off the protocol loop
     if refusal is not None:
         server.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=refusal))
     return edits

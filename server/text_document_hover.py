@@ -11,13 +11,13 @@ form.
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
 from leir_server import suggestions, trajectory
+from leir_server.requests import BUDGET_S, off_loop
 
 #: Steps explained in one hover (the best-ranked at the cursor).
 MAX_STEPS = 3
@@ -90,7 +90,14 @@ def hover_markdown(server, snapshot, offset: int) -> str | None:
 
     # Hover explains the loop and memory steps that act on what is under the
     # cursor (the ones that change latency; the menu offers the rest too).
-    found = suggestions.compute(server, snapshot, offset, None, only=SEARCHED)
+    from leir.cancel import Cancelled
+
+    try:
+        found = suggestions.compute(server, snapshot, offset, None, only=SEARCHED)
+    except Cancelled as e:  # over budget: answer with the facts
+        if e.reason != "over budget" or not parts:
+            raise
+        found = []
     on_target = [s for s in found if s.span is not None and s.span.contains(offset)][:MAX_STEPS]
     if on_target:
         lookup = suggestions.workers_of(server).lookup()
@@ -117,7 +124,9 @@ async def handle(server: LanguageServer, params: types.HoverParams) -> types.Hov
         return None
     trajectory.confirm(server, snapshot.uri)
     offset = snapshot.offset(params.position)
-    text = await asyncio.to_thread(hover_markdown, server, snapshot, offset)
+    # Past its budget a hover answers with the facts it has, or nothing.
+    text = await off_loop(snapshot, hover_markdown, server, snapshot, offset, budget_s=BUDGET_S["hover"],
+                          what="hover", on_budget=lambda: None)
     if text is None:
         return None
     return types.Hover(contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=text))

@@ -8,9 +8,9 @@ server's business, and an editor uses one provider's tokens per document.
 
 from __future__ import annotations
 
-import asyncio
-
 from lsprotocol import types
+
+from leir_server.requests import BUDGET_S, off_loop
 
 # The legend is spelled out here, not imported from leir.outline, so that
 # registering the handler imports nothing of leir; a test checks that the two
@@ -32,7 +32,9 @@ async def handle(server, params: types.SemanticTokensParams) -> types.SemanticTo
     snapshot = server.session.snapshot(params.text_document.uri)
     if snapshot is None or snapshot.language != "leir" or snapshot.too_large:
         return types.SemanticTokens(data=[])
-    return types.SemanticTokens(data=await asyncio.to_thread(tokens, snapshot))  # parses: off the loop
+    data = await off_loop(snapshot, tokens, snapshot, budget_s=BUDGET_S["semanticTokens"],
+                          what="semantic tokens")  # parses: off the loop
+    return types.SemanticTokens(data=data)
 
 
 def tokens(snapshot) -> list[int]:

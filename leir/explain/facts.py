@@ -491,7 +491,7 @@ def _legality(ctx, site, facts: LoopFacts, target: str) -> None:
     var = site.loop.var
     at = site.loop.span.start if site.loop.span is not None else None
     try:
-        listed = transforms.candidates(ctx, at)
+        listed = transforms.candidates(ctx, at, only=LOOP_STEPS)
     except LeirError:
         listed = []
     offered_ids = set()
@@ -533,6 +533,17 @@ def _legality(ctx, site, facts: LoopFacts, target: str) -> None:
         except LeirError:
             continue  # tile needs sizes: its loops themselves qualify
 
+
+#: The transformations whose steps can name a loop (``loop``, ``loops`` or
+#: ``at`` in their arguments): the only ones ``_legality`` lists as offered
+#: on a loop. The others (row patterns, algebra, tensor steps) match over the
+#: whole program, which on a 100,000-line file took seconds per hover for
+#: steps never shown there (a test checks that they never name a loop).
+LOOP_STEPS = (
+    "split", "tile", "reorder", "fuse", "unroll", "parallelize", "vectorize", "bind", "rfactor",
+    "decompose_reduction", "compute_at", "reverse_compute_at", "operator_fusion", "operator_fission",
+    "expression_reorder", "tensor_split", "tensor_concat",
+)
 
 #: Transformations of a loop and the one directly inside it.
 _PAIR_CHECKS = ("reorder", "fuse", "tile")

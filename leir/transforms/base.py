@@ -12,7 +12,9 @@ written tensor's name, then ``_1``, ``_2``... for later writes of it.
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import threading
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -345,6 +347,23 @@ def tvm_loop(sch, block: str, var: str):
     raise StaleStep(f"TVM finds no loop {var} around block {block}")
 
 
+#: ``divisors`` tries at most this many candidates: every divisor of an
+#: extent the checker accepts (``leir.limits.MAX_EXTENT``, whose square
+#: root is 46,341) is found; of a larger number, those up to this and their
+#: cofactors.
+MAX_TRIAL_DIVISOR = 1 << 16
+
+
+@functools.lru_cache(maxsize=4096)
+def _divisors(n: int) -> tuple[int, ...]:
+    small = [d for d in range(1, min(math.isqrt(n), MAX_TRIAL_DIVISOR) + 1) if n % d == 0]
+    return tuple(sorted(set(small + [n // d for d in small])))
+
+
 def divisors(n: int) -> list[int]:
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
+    """The divisors of ``n`` in increasing order (all of them for
+    ``n <= 2**32``; past that only the pairs with a member up to
+    ``MAX_TRIAL_DIVISOR``): O(sqrt(n)) at most 65,536 steps, cached."""
+    if n < 1:
+        return []
+    return list(_divisors(n))
