@@ -98,7 +98,9 @@ class SourceText:
         line, col = self.position(offset)
         start = self._line_starts[line]
         prefix = self.text[start : start + col]
-        return line, len(prefix.encode("utf-16-le")) // 2
+        # "surrogatepass": a lone surrogate (which a JSON "\ud800" gives) is
+        # one UTF-16 unit in the editor, as in this count.
+        return line, len(prefix.encode("utf-16-le", "surrogatepass")) // 2
 
     def offset_utf16(self, line: int, character: int) -> int:
         if line < 0:

@@ -80,7 +80,12 @@ def _configure_logging(log_file: str | None) -> None:
     except OSError as e:
         _fail(f"cannot open log file {log_file}: {e.strerror or e}")
     handler.setFormatter(logging.Formatter(fmt))
-    logging.basicConfig(handlers=[handler], level=logging.INFO)
+    # Errors also go to stderr, which the editor shows: why the server
+    # exited (an input it cannot read) must reach the user without the file.
+    errors = logging.StreamHandler(sys.stderr)
+    errors.setLevel(logging.ERROR)
+    errors.setFormatter(logging.Formatter(fmt))
+    logging.basicConfig(handlers=[handler, errors], level=logging.INFO)
 
 
 def _fail(message: str) -> NoReturn:
@@ -100,15 +105,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     from leir_server.server import build_server
 
     server = build_server()
+    # The exit status: 0 after shutdown and exit, 1 for an exit without
+    # shutdown, 2 for an input that is not LSP any more (leir_server.server).
     if args.tcp is None:
-        server.start_io()
-        return 0
+        return server.start_io()
     host, port = args.tcp
     try:
-        server.start_tcp(host, port)
+        return server.start_tcp(host, port)
     except OSError as e:
         _fail(f"cannot listen on {host}:{port}: {e.strerror or e}")
-    return 0
 
 
 if __name__ == "__main__":

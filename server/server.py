@@ -1,9 +1,16 @@
 """The leir-lsp language server object and the table of what it answers.
 
-pygls itself answers the lifecycle requests: ``initialize`` (with the
-capabilities implied by the handlers registered here, and ``serverInfo``),
-``shutdown`` and ``exit``; it also applies document-sync edits to its
-workspace before our sync handlers run. Every other LSP method gets one
+pygls itself answers the lifecycle requests ``initialize`` (with the
+capabilities implied by the handlers registered here, and ``serverInfo``)
+and ``shutdown``; it also applies document-sync edits to its workspace
+before our sync handlers run. The server reads its input itself
+(``framing.FrameReader``, bounded; ``protocol.LeirProtocol.handle_body``,
+which answers what pygls would not and handles ``exit``), and
+``start_io``/``start_tcp`` return the exit status: 0 after ``shutdown`` and
+``exit``, 1 for an ``exit`` without ``shutdown`` or an input that ends
+without ``exit``, ``EXIT_BROKEN_STREAM`` (2) for an input that cannot be
+read as LSP frames any more (logged in one line: the editor restarts the
+server). Every other LSP method gets one
 module in this package with a ``handle(server, params)`` function and, where
 the method has registration options, an ``OPTIONS`` value; ``HANDLERS``
 lists them all, in one place.
@@ -11,13 +18,18 @@ lists them all, in one place.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
+import logging
+import os
+import sys
+import threading
 from importlib.metadata import PackageNotFoundError, version
 from types import ModuleType
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException
+from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
 
 from leir_server import (
@@ -39,10 +51,19 @@ from leir_server import (
     workspace_did_change_configuration,
     workspace_execute_command,
 )
-from leir_server.protocol import LeirProtocol, report_unreadable_body
+from leir_server.framing import BrokenStream, FrameReader
+from leir_server.protocol import LeirProtocol
 from leir_server.session import Session
 
+logger = logging.getLogger(__name__)
+
 SERVER_NAME = "leir-lsp"
+
+#: The exit status when the input cannot be read as LSP frames any more.
+EXIT_BROKEN_STREAM = 2
+#: Seconds the process may take to exit once the protocol loop has ended
+#: (a check or a compile still running in a thread) before it is ended.
+EXIT_GRACE_S = 10.0
 
 #: LSP method -> the module that handles it, in the order they are registered.
 HANDLERS: dict[str, ModuleType] = {
@@ -73,13 +94,121 @@ class LeirServer(LanguageServer):
         super().__init__(*args, **kwargs)
         self.session = Session(self)
 
-    def report_server_error(self, error: Exception, source) -> None:
-        # A body that is not UTF-8 or not JSON is the client's mistake: a
-        # warning in its log (and an error answer when it was a request),
-        # not an "Error in server" pop-up.
-        if source is JsonRpcException and report_unreadable_body(self, error):
-            return
-        super().report_server_error(error, source)
+    # ---- transports: the protocol loop, and the exit status
+
+    def start_io(self, stdin=None, stdout=None) -> int:
+        """Serve one client on standard input/output; the exit status."""
+        self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        fd = (stdin or sys.stdin.buffer).fileno()
+
+        async def serve() -> int:
+            frames = FrameReader()
+            frames.pump_file(fd)
+            return await self.serve_frames(frames)
+
+        return self._run(serve)
+
+    def start_tcp(self, host: str, port: int) -> int:
+        """Listen on ``host:port`` and serve the first client that connects;
+        the exit status. (An OSError from binding propagates.)"""
+
+        async def serve() -> int:
+            done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+            async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+                if done.done() or self.protocol.writer is not None:
+                    writer.close()  # one client per server
+                    return
+                self.protocol.set_writer(writer)
+                frames = FrameReader()
+                pump = asyncio.ensure_future(frames.pump_stream(reader))
+                try:
+                    status = await self.serve_frames(frames)
+                finally:
+                    pump.cancel()
+                    writer.close()
+                if not done.done():
+                    done.set_result(status)
+
+            listener = await asyncio.start_server(connection, host, port)
+            logger.info("listening on %s:%s", host, port)
+            async with listener:
+                return await done
+
+        return self._run(serve)
+
+    def _run(self, serve) -> int:
+        self._stop_event = threading.Event()
+
+        async def serve_and_exit() -> int:
+            status = await serve()
+            # Armed before stopping the workers and before asyncio.run waits
+            # for the threads of its default executor.
+            _exit_within(EXIT_GRACE_S, status)
+            self._stop()
+            return status
+
+        try:
+            return asyncio.run(serve_and_exit())
+        except KeyboardInterrupt:
+            return 1
+
+    async def serve_frames(self, frames: FrameReader) -> int:
+        """Read and handle messages until ``exit``, the end of the input or
+        an input that cannot be read; the exit status."""
+        protocol: LeirProtocol = self.protocol  # type: ignore[assignment]
+        while True:
+            try:
+                body = await frames.read_frame()
+            except BrokenStream as error:
+                logger.error("cannot read the client's messages any more, exiting: %s", error)
+                status = EXIT_BROKEN_STREAM
+                break
+            if body is None:
+                status = 0 if protocol.shutdown_received else 1
+                if status:
+                    logger.warning("the client closed the connection without shutdown and exit")
+                break
+            try:
+                exit_status = protocol.handle_body(body)
+            except Exception:  # noqa: BLE001 - a bug in reading one message must not stop the next
+                logger.exception("could not handle a message")
+                exit_status = None
+            if exit_status is not None:
+                status = exit_status
+                break
+            await asyncio.sleep(0)  # let the handlers run between messages
+        return status
+
+    def _stop(self) -> None:
+        """Stop what the server started: its thread pool, and (after an exit
+        without shutdown, where the shutdown handler did not) its workers."""
+        if self._stop_event is not None:
+            self._stop_event.set()
+        if self._thread_pool is not None:
+            self._thread_pool.shutdown(wait=False, cancel_futures=True)
+        workers = getattr(self, "_leir_workers", None)
+        if workers is not None and not self.protocol.shutdown_received:
+            try:
+                workers.close()
+            except Exception:  # noqa: BLE001 - exiting anyway
+                logger.warning("could not stop the worker processes", exc_info=True)
+
+
+def _exit_within(seconds: float, status: int) -> None:
+    """End the process with ``status`` if it has not exited ``seconds`` from
+    now (a thread still busy with a check would otherwise keep it)."""
+
+    def end() -> None:
+        try:
+            logger.warning("still running %g s after the protocol ended; exiting", seconds)
+            sys.stderr.flush()
+        finally:
+            os._exit(status)
+
+    timer = threading.Timer(seconds, end)
+    timer.daemon = True
+    timer.start()
 
 
 def server_version() -> str:

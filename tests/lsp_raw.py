@@ -21,11 +21,35 @@ class RawLsp:
         self.fail_requests: set[str] = set()
 
     @classmethod
-    async def start(cls) -> "RawLsp":
+    async def start(cls, *args: str, env: dict | None = None, capture_stderr: bool = False) -> "RawLsp":
+        """Start the server (with extra command-line ``args`` and ``env``);
+        with ``capture_stderr``, what it writes there is kept in ``stderr``."""
         process = await asyncio.create_subprocess_exec(
-            *SERVER_COMMAND, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL)
-        return cls(process)
+            *SERVER_COMMAND, *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE if capture_stderr else asyncio.subprocess.DEVNULL, env=env)
+        server = cls(process)
+        if capture_stderr:
+            server._stderr_task = asyncio.ensure_future(server._collect_stderr())
+        return server
+
+    stderr = b""
+    _stderr_task = None
+
+    async def _collect_stderr(self) -> None:
+        while chunk := await self.process.stderr.read(65536):
+            self.stderr += chunk
+
+    async def exit_status(self, timeout: float = WAIT_S) -> tuple[int, str]:
+        """Wait for the server to exit: its status and everything it wrote to
+        stderr (when captured)."""
+        code = await asyncio.wait_for(self.process.wait(), timeout)
+        if self._stderr_task is not None:
+            await asyncio.wait_for(self._stderr_task, timeout)
+        return code, self.stderr.decode("utf-8", "replace")
+
+    def write(self, data: bytes) -> None:
+        """Raw bytes, framed or not."""
+        self.process.stdin.write(data)
 
     def send_bytes(self, body: bytes) -> None:
         self.process.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
