@@ -163,3 +163,14 @@ def test_the_setting_is_read_and_checked():
     assert settings.memory_budget_mb is None and "memoryBudgetMB" in problems[0]
     settings, problems = Settings.from_json({"memoryBudgetMB": 0})
     assert settings.memory_budget_mb is None and problems
+
+
+def test_the_measurement_engine_refuses_over_its_budget(tmp_path):
+    from leir.measure import MeasurementEngine
+
+    engine = MeasurementEngine("llvm", cache=tmp_path / "cache", memory_budget_mb=0.01, vendor=False)
+    try:
+        with pytest.raises(MemoryBudgetExceeded, match="the tensors of this program take 49 kB"):
+            engine.submit(_analysis(64))
+    finally:
+        engine.close()

@@ -598,6 +598,8 @@ class MeasurementEngine:
             "target": self.rpc.target if self.rpc else self.target,
             "rpc": None if self.rpc is None else {f: getattr(self.rpc, f) for f in self.rpc.__dataclass_fields__},
             "memory_cap": self.memory_cap,
+            # The budget the worker's own checks (leir.footprint) use: the engine's.
+            "memory_budget_mb": self.memory_budget_mb,
             "library_dir": self._library_dir,
             # The threads the device name promises (local CPU only).
             "threads": kernel_threads() if self.rpc is None and self.target == "llvm" else None,

@@ -142,6 +142,10 @@ def _loop(conn: _Pipe, config: dict) -> None:
         # is half the CPUs, pinned (see ``device.kernel_threads``).
         os.environ["TVM_NUM_THREADS"] = str(config["threads"])
     _limit_memory(config)
+    if config.get("memory_budget_mb") is not None:
+        from leir.footprint import BUDGET_ENV
+
+        os.environ[BUDGET_ENV] = repr(float(config["memory_budget_mb"]))
     try:
         runner = _Runner(config)
     except BaseException as exc:  # noqa: BLE001 - any start-up failure is reported, then the worker exits
