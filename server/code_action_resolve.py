@@ -73,15 +73,24 @@ def versioned_edit(uri: str, version: int | None, edits: list[types.TextEdit]) -
         text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version), edits=edits)])
 
 
-def trajectory_entry(server, step: dict, title: str, applied, language: str) -> dict:
+def trajectory_entry(server, step: dict, title: str, applied, language: str, before_analysis=None) -> dict:
     """The trajectory record of an applied step: its latencies before and
-    after when the cache has them, and the reasoning from both programs."""
+    after when the cache has them, and the reasoning from both programs.
+    ``before_analysis``: the document's own analysis, when it is the
+    program the step was applied to (a ``.leir`` document), which saves
+    parsing it again (a third of a second on a 1,000-line file)."""
+    from types import SimpleNamespace
+
     from leir.document import load_leir
 
     entry: dict[str, Any] = {"id": step["id"], "args": step["args"], "title": title,
                              "latency_before_ms": None, "latency_after_ms": None, "speedup": None,
                              "reasoning": "", "verified": applied.verification}
-    before, after = load_leir(applied.before_program), load_leir(applied.after_program)
+    if before_analysis is not None and before_analysis.ok:
+        before = SimpleNamespace(ok=True, analysis=before_analysis)
+    else:
+        before = load_leir(applied.before_program)
+    after = load_leir(applied.after_program)
     if not (before.ok and after.ok):
         return entry
     lookup = workers_of(server).lookup()
@@ -131,6 +140,7 @@ async def handle(server: LanguageServer, action: types.CodeAction) -> types.Code
     if not session.is_current(uri, version):  # it changed while the step was verified
         raise _stale(server, uri, version)
     action.edit = versioned_edit(uri, version, [minimal_edit(snapshot, result.text)])
-    entry = await asyncio.to_thread(trajectory_entry, server, step, action.title, result, snapshot.language)
+    own = snapshot.leir.analysis if snapshot.language == "leir" and snapshot.leir is not None else None
+    entry = await asyncio.to_thread(trajectory_entry, server, step, action.title, result, snapshot.language, own)
     trajectory.expect(server, uri, result.text, kernel, [entry])
     return action

@@ -123,12 +123,26 @@ def _checked(server: "LeirServer", snapshot: "DocumentSnapshot") -> list[types.D
     from leir.cancel import Cancelled
 
     try:
-        return to_lsp(snapshot, document_diagnostics(snapshot, getattr(server.session.settings, "memory_budget_mb", None)))
+        return to_lsp(snapshot, document_diagnostics(snapshot) + budget_warnings(server, snapshot))
     except Cancelled:  # a newer version stopped this check (the snapshot's token)
         return None
 
 
-def document_diagnostics(snapshot: "DocumentSnapshot", budget_mb: float | None = None) -> list["Diagnostic"]:
+def budget_warnings(server: "LeirServer", snapshot: "DocumentSnapshot") -> list["Diagnostic"]:
+    """A warning when a ``.leir`` program exceeds the memory budget
+    (``leir.footprint``, setting ``memoryBudgetMB``): leir will refuse to
+    verify, run or measure it."""
+    if snapshot.language != "leir" or snapshot.too_large:
+        return []
+    from leir.footprint import budget_diagnostics
+
+    doc = snapshot.leir
+    if doc is None or not doc.ok:
+        return []
+    return budget_diagnostics(doc.analysis, getattr(server.session.settings, "memory_budget_mb", None))
+
+
+def document_diagnostics(snapshot: "DocumentSnapshot") -> list["Diagnostic"]:
     """What leir reports for a document. A Python file with no TVMScript
     kernel is none of leir's business: nothing is reported and TVM is not
     imported, unless it does not parse and mentions a kernel decorator (a
@@ -139,15 +153,7 @@ def document_diagnostics(snapshot: "DocumentSnapshot", budget_mb: float | None =
         from leir.tvmscript.discovery import parse_python
 
         return parse_python(snapshot.text)[1]
-    diagnostics = snapshot.checked.diagnostics
-    if snapshot.language == "leir" and not snapshot.too_large:  # the memory budget (leir.footprint), a warning
-        from leir.footprint import budget_diagnostics
-
-        doc = snapshot.leir
-        extra = budget_diagnostics(doc.analysis, budget_mb) if doc is not None and doc.ok else []
-        if extra:
-            diagnostics = list(diagnostics) + extra
-    return diagnostics
+    return snapshot.checked.diagnostics
 
 
 def to_lsp(snapshot: "DocumentSnapshot", diagnostics: list["Diagnostic"]) -> list[types.Diagnostic]:
