@@ -124,10 +124,14 @@ class Scope:
                 return "none"
             return ", ".join(str(k + 1) for k in indices)
 
-        return (f"verified nests {nests(self.region_before + self.cone)} of {self.total_before} "
-                f"(after the step: {nests(self.region_after + self.cone_after)} of {self.total_after}), "
-                f"from the state nests {nests(self.upstream)} compute; the other nests cannot change "
-                f"any compared output ({', '.join(self.compared) or 'none'})")
+        verified = self.region_before + self.cone
+        text = (f"verified nests {nests(verified)} of {self.total_before} "
+                f"(after the step: {nests(self.region_after + self.cone_after)} of {self.total_after})")
+        text += (f", from the state nests {nests(self.upstream)} compute" if self.upstream
+                 else ", from the program's inputs")
+        if len(verified) + len(self.upstream) < self.total_before:
+            text += f"; the other nests cannot change any compared output ({', '.join(self.compared) or 'none'})"
+        return text
 
 
 def scope_of(before: Analysis, after: Analysis) -> Scope | None:
