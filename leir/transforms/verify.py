@@ -80,10 +80,11 @@ def verify(before: Analysis, after: Analysis, seeds: tuple[int, ...] = SEEDS, ta
 
 
 #: The upstream slice is evaluated with NumPy (``leir.evaluate``) rather than
-#: built when its equations run at most this many iterations in all:
-#: a build and its first call cost about half a second, the evaluation of
-#: a few small nests milliseconds.
-EVALUATE_UPSTREAM_POINTS = 1 << 22
+#: built when its equations run at most this many iterations in all: a
+#: build and its first call cost about half a second, the evaluation of a
+#: few small nests milliseconds (and even a scan the evaluator has to run
+#: one iteration at a time stays within a few seconds at this size).
+EVALUATE_UPSTREAM_POINTS = 1 << 18
 
 
 def _iterations(analysis: Analysis) -> int:
@@ -105,16 +106,19 @@ def _verify_scoped(before: Analysis, scope, subs, seeds: tuple[int, ...], target
     result.scope = scope
     upstream = None
     if subs.upstream is not None:
-        if _iterations(subs.upstream) <= EVALUATE_UPSTREAM_POINTS:
-            from leir.evaluate import evaluate
+        built = []
 
-            def upstream(inputs):
-                return evaluate(subs.upstream, inputs)
-        else:
-            built = compile_program(subs.upstream, target)
+        def upstream(inputs):
+            if not built and _iterations(subs.upstream) <= EVALUATE_UPSTREAM_POINTS:
+                from leir.evaluate import EvaluationError, evaluate
 
-            def upstream(inputs):
-                return built(inputs).outputs
+                try:
+                    return evaluate(subs.upstream, inputs)
+                except EvaluationError:  # what the evaluator cannot run, TVM builds
+                    pass
+            if not built:
+                built.append(compile_program(subs.upstream, target))
+            return built[0](inputs).outputs
     both = merged(subs)
     if both is not None:
         program, rename = both
