@@ -71,16 +71,31 @@ def worker_initializer(cap: int | None = DEFAULT_MEMORY_CAP) -> None:
     mark_isolated()
 
 
-def worker_context(preload: list[str]):
+#: Modules the process's forkserver imports once, for every worker forked
+#: from it: what every caller of ``worker_context`` (and ``want_preloaded``)
+#: asked for before the forkserver started.
+_preload: list[str] = []
+
+
+def want_preloaded(modules) -> None:
+    """Ask the forkserver, when it starts, to import ``modules`` once for all
+    workers. A program that will fork several kinds of worker (the server)
+    says so before the first one starts: the forkserver is one per process,
+    and modules asked for after it started are imported by each worker."""
+    _preload.extend(m for m in modules if m not in _preload)
+
+
+def worker_context(preload=()):
     """The multiprocessing context for document-handling workers: forked
-    from a forkserver that has imported ``preload`` (fast restarts after a
-    worker is killed; the forkserver runs none of the work, so no TVM thread
-    is ever forked), or spawned where there is no fork. The forkserver is
-    one per process: the first caller's ``preload`` is the one it imports."""
+    from a forkserver that has imported ``preload`` and what else was asked
+    for (fast restarts after a worker is killed; the forkserver runs none of
+    the work, so no TVM thread is ever forked), or spawned where there is no
+    fork."""
     import multiprocessing
 
+    want_preloaded(preload)
     if "forkserver" in multiprocessing.get_all_start_methods():
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(preload)
+        ctx.set_forkserver_preload(list(_preload))
         return ctx
     return multiprocessing.get_context("spawn")
