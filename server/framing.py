@@ -48,7 +48,15 @@ MAX_HEADER_LINES = 32
 #: Seconds without a byte in the middle of a frame before giving up on it
 #: (a client that is alive writes a frame at once). Tests shorten it with
 #: the environment variable ``LEIR_LSP_FRAME_STALL_S``.
-STALL_S = float(os.environ.get("LEIR_LSP_FRAME_STALL_S", "30"))
+def _stall_s(default: float = 30.0) -> float:
+    try:
+        value = float(os.environ.get("LEIR_LSP_FRAME_STALL_S", default))
+    except ValueError:
+        return default
+    return value if 0 < value < float("inf") else default
+
+
+STALL_S = _stall_s()
 #: The same, when the body read so far is already a complete JSON value.
 COMPLETE_STALL_S = min(2.0, STALL_S)
 

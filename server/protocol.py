@@ -43,7 +43,7 @@ import json
 import logging
 import inspect
 import re
-from typing import Any
+from typing import Any, Optional, Union
 from urllib.parse import unquote
 
 import attrs
@@ -189,6 +189,16 @@ def _kind(method: str) -> str | None:
     return "request" if "id" in attrs.fields_dict(entry[0]) else "notification"
 
 
+def _int_or_str(value: Any, _type=None) -> int | str:
+    if _readable_id(value):
+        return value
+    raise TypeError(f"expected an integer or a string, not {_shown(value)}")
+
+
+def _int_or_str_or_none(value: Any, _type=None) -> int | str | None:
+    return None if value is None else _int_or_str(value)
+
+
 def _readable_id(value: Any) -> bool:
     return isinstance(value, str) or isinstance(value, int) and not isinstance(value, bool)
 
@@ -206,6 +216,12 @@ class LeirProtocol(LanguageServerProtocol):
         super().__init__(*args, **kwargs)
         self.initialize_received = False
         self.shutdown_received = False
+        # lsprotocol's converter lets anything through as an ``integer |
+        # string`` (a request id in $/cancelRequest, a progress token): a
+        # list there made pygls raise a TypeError (unhashable) with a
+        # traceback. Here it is invalid params, like any other wrong type.
+        self._converter.register_structure_hook(Union[int, str], _int_or_str)
+        self._converter.register_structure_hook(Optional[Union[int, str]], _int_or_str_or_none)
 
     # pygls creates its workspace on ``initialize``; each one it sets here
     # makes LspLinesDocument documents.

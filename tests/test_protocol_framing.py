@@ -96,6 +96,10 @@ def _recoverable_cases():
         ("a change to a document that is not open",
          frame(body({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
              "textDocument": {"uri": "file:///nope.leir", "version": 2}, "contentChanges": [{"text": "x"}]}})), {}),
+        ("a cancellation of an id that is a list",
+         frame(body({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": [1]}})), {}),
+        ("a progress cancellation of a token that is an object",
+         frame(body({"jsonrpc": "2.0", "method": "window/workDoneProgress/cancel", "params": {"token": {}}})), {}),
         ("a response to no request", frame(body({"jsonrpc": "2.0", "id": 999_999, "result": [1, 2]})), {}),
         ("a malformed error response", frame(body({"jsonrpc": "2.0", "id": 999_998, "error": "bad"})), {}),
         ("a lowercase header", frame(body(request("lc")), b"content-length: %d\r\n\r\n" % len(body(request("lc")))),
