@@ -65,6 +65,10 @@ async def _run(server, uri: str) -> None:
         program = await asyncio.to_thread(suggestions.kernel_analysis, snapshot, None)
         if program is None:  # errors, or a Python file whose kernel needs choosing
             return
+        from leir.footprint import check_budget
+
+        if not isinstance(program, str) and check_budget(program, "measure", budget_mb=workers.budget_mb()):
+            return  # over the memory budget: its warning diagnostic says so, nothing is measured
         found = await suggestions.at(server, snapshot, None, TOP)
         engine = await asyncio.to_thread(workers.engine)
         status(server, True, uri, device=engine.device)

@@ -45,8 +45,10 @@ def cache_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(cache_dir):
+    # The memory budget (leir.footprint) would refuse the program the cap is
+    # tested with before any worker sees it: these tests are about the cap.
     with MeasurementEngine("llvm", workers=2, cache=cache_dir, repeat=3, min_run_ms=2.0, timeout_s=30,
-                           memory_cap_gib=CAP_GIB) as e:
+                           memory_cap_gib=CAP_GIB, memory_budget_mb=10**6) as e:
         yield e
 
 
