@@ -441,7 +441,10 @@ def rank(analysis: Analysis, target: str = "llvm") -> list[Ranked]:
 
 
 def _innermost(ctx, site) -> bool:
-    return not any(any(o is site.loop for o in s.outer) for s in ctx.loop_sites)
+    # The loops that enclose another, once per program (was a scan of every
+    # loop per step scored: linear in the program on each listing).
+    outer = ctx.memo("outer_loops", lambda: {id(o) for s in ctx.loop_sites for o in s.outer})
+    return id(site.loop) not in outer
 
 
 def _iterations(info: EquationInfo) -> int:

@@ -26,7 +26,7 @@ from leir.ast import Span
 from leir.cancel import checkpoint
 from leir.diagnostics import Diagnostic, SourceText, error
 from leir.lexer import LOOP_HEADER, SIMPLE_ACCESS, Token, tokenize
-from leir.limits import MAX_EXTENT, MAX_LOOP_DEPTH, MAX_RANK, MAX_STATEMENTS, power_text
+from leir.limits import MAX_EXPR_NODES, MAX_EXTENT, MAX_LOOP_DEPTH, MAX_RANK, MAX_STATEMENTS, power_text
 
 RESERVED = frozenset({"in", "out", "tmp", "where", "inf"})
 
@@ -77,6 +77,22 @@ def parse_expression(text: str, loop_vars: frozenset[str] = frozenset()) -> tupl
     if parser.peek.kind != "eof":
         parser.report(parser.peek.span, "unexpected-token", f"unexpected {parser.describe(parser.peek)} after the expression")
     return expr, parser.sorted_diagnostics()
+
+
+def _size(expr: A.Expr) -> int:
+    """Nodes of an expression tree, an access counting as one (iteratively)."""
+    n, stack = 0, [expr]
+    while stack:
+        e = stack.pop()
+        n += 1
+        t = type(e)
+        if t is A.Binary:
+            stack += (e.lhs, e.rhs)
+        elif t is A.Unary:
+            stack.append(e.operand)
+        elif t is A.Call:
+            stack += e.args
+    return n
 
 
 class _Recover(Exception):
@@ -643,6 +659,13 @@ class _Parser:
             self.fail(end_tok.span, "expected-token", f"expected ';' to end the equation, found {self.describe(end_tok)}")
         after = self.trailing_comment()
         self.equations += 1
+        nodes = _size(rhs) + (_size(predicate) if predicate is not None else 0)
+        if nodes > MAX_EXPR_NODES:
+            # Kept in the tree (the checks are linear in it) but an error:
+            # the steps' subexpression searches are quadratic or worse.
+            self.report(rhs.span or Span(lhs.span.start, end), "expression-too-large",
+                        f"this equation has {nodes} operations and operands, more than the {MAX_EXPR_NODES} "
+                        f"leir analyses in one equation; split it into several equations")
         return A.Equation(lhs, rhs, predicate, Span(lhs.span.start, end), A.Comments(before, after))
 
     # ------------------------------------------------------------ expressions

@@ -102,10 +102,24 @@ class Suggestion:
 
 def program_digest(analysis: Analysis) -> str:
     """SHA-256 of a program's structural text (``leir.measure.key``): equal
-    for two programs that build to the same kernel."""
+    for two programs that build to the same kernel. Remembered for the last
+    few analyses (every hover and listing on one version asks for it, and
+    it reads the whole program)."""
     from leir.measure.key import structural_text
 
-    return hashlib.sha256(structural_text(analysis).encode("utf-8")).hexdigest()
+    with _DIGESTS_LOCK:
+        for held, digest in _DIGESTS:
+            if held is analysis:
+                return digest
+    digest = hashlib.sha256(structural_text(analysis).encode("utf-8")).hexdigest()
+    with _DIGESTS_LOCK:
+        _DIGESTS.insert(0, (analysis, digest))
+        del _DIGESTS[8:]
+    return digest
+
+
+_DIGESTS: list[tuple[Analysis, str]] = []
+_DIGESTS_LOCK = threading.Lock()
 
 
 class StepOutcomes:
@@ -343,8 +357,11 @@ def _scores(ctx, steps, target: str) -> dict[str, tuple[float, tuple[str, ...]]]
     # rank() knows "llvm" and "cuda"; an RPC device runs one of them.
     kind = "cuda" if "cuda" in target else "llvm"
     searched = {i for i in SEARCHED if kind == "cuda" or i != "bind"}
+    from leir.cancel import checkpoint
+
     out: dict[str, tuple[float, tuple[str, ...]]] = {}
     for step in steps:
+        checkpoint()
         if step.id not in searched:
             out[step.key] = (0.0, ())
             continue

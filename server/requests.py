@@ -61,10 +61,13 @@ BUDGET_S = {
     "hover": 2.0,
     "codeAction": 5.0,
     "codeLens": 5.0,
-    "documentSymbol": 10.0,
-    "semanticTokens": 10.0,
-    "foldingRange": 10.0,
-    "formatting": 10.0,
+    # Whole-document answers, built once per version (``DocumentSnapshot.once``):
+    # past the budget the request fails but the thread finishes the answer
+    # for the next request on the same version (a newer version stops it).
+    "documentSymbol": 20.0,
+    "semanticTokens": 20.0,
+    "foldingRange": 20.0,
+    "formatting": 20.0,
 }
 #: Past the budget, how long the loop still waits for a thread that has not
 #: reached a checkpoint before it answers without it.

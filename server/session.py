@@ -258,6 +258,28 @@ class DocumentSnapshot:
 
         return load_leir(self.text)
 
+    def once(self, key: str, compute: Callable[[], Any]) -> Any:
+        """``compute()``, once per snapshot and ``key``, shared by every
+        request on this version (an outline or the semantic tokens of a
+        100,000-line file take seconds to build), computed under the
+        snapshot's token as ``computed_once`` values are."""
+        from leir import cancel
+
+        values = self.__dict__.setdefault("_once", {})
+        if key in values:
+            return values[key]
+        locks = self.__dict__.setdefault("_once_locks", {})
+        lock = locks.setdefault(key, threading.Lock())
+        while not lock.acquire(timeout=computed_once.WAIT_POLL_S):
+            cancel.checkpoint()
+        try:
+            if key not in values:
+                with cancel.running(self.cancel_token):
+                    values[key] = compute()
+        finally:
+            lock.release()
+        return values[key]
+
     # ---- positions: LSP speaks UTF-16 code units, leir character offsets
 
     def offset(self, position: types.Position) -> int:

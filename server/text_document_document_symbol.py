@@ -24,7 +24,8 @@ async def handle(server, params: types.DocumentSymbolParams):
     if snapshot is None or snapshot.too_large:
         return None
     # A parse of a big file takes a while: never on the protocol loop.
-    tree = await off_loop(snapshot, symbols, snapshot, budget_s=BUDGET_S["documentSymbol"], what="the outline")
+    tree = await off_loop(snapshot, snapshot.once, "documentSymbol", lambda: symbols(snapshot),
+                          budget_s=BUDGET_S["documentSymbol"], what="the outline")
     if _hierarchical(server):
         return tree
     return list(_flat(snapshot.uri, tree, None))
@@ -45,6 +46,12 @@ def _flat(uri: str, tree: list[types.DocumentSymbol], container: str | None):
         yield from _flat(uri, symbol.children or [], symbol.name)
 
 
+#: Most symbols in one outline, kept breadth first (kernels, then nests,
+#: then their loops): an outline of 100,000 lines had 60,000, which took
+#: the protocol loop seconds to serialise and no editor shows usefully.
+MAX_SYMBOLS = 5000
+
+
 def symbols(snapshot) -> list[types.DocumentSymbol]:
     from leir import outline
 
@@ -53,7 +60,13 @@ def symbols(snapshot) -> list[types.DocumentSymbol]:
         found = outline.leir_symbols(snapshot.text, kernel_name(snapshot.uri), doc.program, doc.analysis)
     else:
         found = outline.tvmscript_symbols(snapshot.text)
-    return [_lsp(snapshot, s) for s in found]
+    kept: set[int] = set()
+    level = list(found)
+    while level and len(kept) < MAX_SYMBOLS:
+        level = level[:MAX_SYMBOLS - len(kept)]
+        kept.update(id(s) for s in level)
+        level = [c for s in level for c in s.children]
+    return [_lsp(snapshot, s, kept) for s in found if id(s) in kept]
 
 
 def kernel_name(uri: str) -> str:
@@ -65,7 +78,7 @@ def kernel_name(uri: str) -> str:
     return name if name.isidentifier() else "main"
 
 
-def _lsp(snapshot, symbol) -> types.DocumentSymbol:
+def _lsp(snapshot, symbol, kept: set[int]) -> types.DocumentSymbol:
     range_ = snapshot.range(symbol.span)
     selection = snapshot.range(symbol.selection)
     if not (symbol.span.start <= symbol.selection.start and symbol.selection.end <= symbol.span.end):
@@ -76,5 +89,5 @@ def _lsp(snapshot, symbol) -> types.DocumentSymbol:
         range=range_,
         selection_range=selection,
         detail=symbol.detail or None,
-        children=[_lsp(snapshot, c) for c in symbol.children],
+        children=[_lsp(snapshot, c, kept) for c in symbol.children if id(c) in kept],
     )

@@ -14,8 +14,8 @@ async def handle(server, params: types.FoldingRangeParams) -> list[types.Folding
     snapshot = server.session.snapshot(params.text_document.uri)
     if snapshot is None or snapshot.too_large:
         return None
-    return await off_loop(snapshot, folding_ranges, snapshot, budget_s=BUDGET_S["foldingRange"],
-                          what="folding ranges")  # parses: off the protocol loop
+    return await off_loop(snapshot, snapshot.once, "foldingRange", lambda: folding_ranges(snapshot),
+                          budget_s=BUDGET_S["foldingRange"], what="folding ranges")  # parses: off the protocol loop
 
 
 def folding_ranges(snapshot) -> list[types.FoldingRange]:

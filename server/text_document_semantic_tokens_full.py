@@ -32,8 +32,8 @@ async def handle(server, params: types.SemanticTokensParams) -> types.SemanticTo
     snapshot = server.session.snapshot(params.text_document.uri)
     if snapshot is None or snapshot.language != "leir" or snapshot.too_large:
         return types.SemanticTokens(data=[])
-    data = await off_loop(snapshot, tokens, snapshot, budget_s=BUDGET_S["semanticTokens"],
-                          what="semantic tokens")  # parses: off the loop
+    data = await off_loop(snapshot, snapshot.once, "semanticTokens", lambda: tokens(snapshot),
+                          budget_s=BUDGET_S["semanticTokens"], what="semantic tokens")  # parses: off the loop
     return types.SemanticTokens(data=data)
 
 
@@ -42,6 +42,12 @@ def tokens(snapshot) -> list[int]:
 
     doc = snapshot.leir
     return encode(snapshot, outline.leir_tokens(snapshot.text, doc.program, doc.analysis))
+
+
+#: Most tokens coloured in one document (the first ones): 100,000 lines
+#: have about two million, whose serialisation alone held the protocol loop
+#: for seconds.
+MAX_TOKENS = 50_000
 
 
 def encode(snapshot, tokens) -> list[int]:
@@ -53,6 +59,8 @@ def encode(snapshot, tokens) -> list[int]:
     prev_line = prev_char = 0
     position = snapshot.source.position_utf16  # (line, UTF-16 column)
     for token in tokens:
+        if len(data) >= 5 * MAX_TOKENS:
+            break
         line, char = position(token.start)
         end_line, end_char = position(token.end)
         if end_line != line or end_char <= char:

@@ -164,9 +164,12 @@ def candidates(program, at: int | None = None, only: tuple[str, ...] | None = No
     ctx = _context(program)
     if not ctx.analysis.ok:
         return []
+    from leir.cancel import checkpoint
+
     out: list[Candidate] = []
     for t in ALL:
         if only is None or t.ID in only:
+            checkpoint()  # a request past its budget or overtaken stops here (leir.cancel)
             out.extend(t.candidates(ctx, at))
     return out
 

@@ -217,17 +217,28 @@ def distinct_rows(access: A.Access, loops: list[A.Loop]) -> bool:
 
 
 def writers(ctx: Context, tensor: str) -> list[EquationInfo]:
-    return [i for i in ctx.analysis.equations if i.equation.lhs.tensor == tensor]
+    return list(_by_tensor(ctx)[0].get(tensor, ()))
 
 
 def readers(ctx: Context, tensor: str) -> list[EquationInfo]:
-    out = []
-    for info in ctx.analysis.equations:
-        eq = info.equation
-        reads = list(A.walk(eq.rhs)) + (list(A.walk(eq.predicate)) if eq.predicate is not None else [])
-        if any(isinstance(n, A.Access) and n.tensor == tensor for n in reads):
-            out.append(info)
-    return out
+    return list(_by_tensor(ctx)[1].get(tensor, ()))
+
+
+def _by_tensor(ctx: Context) -> tuple[dict[str, list[EquationInfo]], dict[str, list[EquationInfo]]]:
+    """tensor -> the equations that write it, and those that read it (in
+    the right-hand side or the guard), in program order; computed once per
+    context (the row matchers ask for each candidate, which made listing
+    quadratic in the program's equations)."""
+    found = ctx.__dict__.get("_rows_by_tensor")
+    if found is None:
+        written: dict[str, list[EquationInfo]] = {}
+        read: dict[str, list[EquationInfo]] = {}
+        for info in ctx.analysis.equations:
+            written.setdefault(info.equation.lhs.tensor, []).append(info)
+            for name in tensors_read(info.equation):
+                read.setdefault(name, []).append(info)
+        found = ctx.__dict__["_rows_by_tensor"] = (written, read)
+    return found
 
 
 def tensors_read(eq: A.Equation) -> set[str]:
@@ -630,15 +641,28 @@ def candidates(ctx: Context, at: int | None, step_id: str, shaped: Callable[[Equ
     of its form: listings do not build the refusal messages of every
     equation) and ``match`` accepts, when the cursor selects one of the
     equations the match rewrites (its ``members``)."""
+    from leir.cancel import checkpoint
+
     chosen = selected(ctx, at)
+    # Every match of the program, once per context: a listing at a cursor
+    # then only filters them (matching every equation on each request made
+    # hover and listing linear in the program, seconds on 100,000 lines).
+    cache = ctx.__dict__.setdefault("_rows_matches", {})
+    matches = cache.get(step_id)
+    if matches is None:
+        matches = []
+        for info in ctx.analysis.equations:
+            if not info.index & 31:
+                checkpoint()
+            if not shaped(info):
+                continue
+            try:
+                matches.append((info, match(ctx, info)))
+            except Refusal:
+                continue
+        cache[step_id] = matches
     out = []
-    for info in ctx.analysis.equations:
-        if not shaped(info):
-            continue
-        try:
-            found = match(ctx, info)
-        except Refusal:
-            continue
+    for info, found in matches:
         if chosen is not None and not chosen & found.members:
             continue
         out.append(Candidate(step(step_id, ctx, info), title(found), info.equation.span))

@@ -373,7 +373,10 @@ def _keyed(ctx: Context, info: EquationInfo) -> dict[A.Expr, list[Occurrence]]:
     ``r<16, c<10`` group together)."""
     ranges = {l.var: (l.start, l.extent) for l in info.loops}
     out: dict[A.Expr, list[Occurrence]] = {}
+    from leir.cancel import checkpoint
+
     for occ in subexpressions(ctx, info):
+        checkpoint()
         out.setdefault(_shape(occ.node, ranges), []).append(occ)
     return out
 

@@ -296,8 +296,11 @@ def subexpressions(ctx: Context, info: EquationInfo) -> list[Occurrence]:
         roots = [((side[0],), side[1], True)]
     else:
         roots = [((), eq.rhs, False)]
+    from leir.cancel import checkpoint
+
     for path, node, include_root in roots:
         for sub_path, sub, sub_dtype in _walk(node, dtype, path):
+            checkpoint()  # quadratic in the equation: a request's budget stops it (leir.cancel)
             if sub is node and not include_root:
                 continue
             tensors = frozenset(n.tensor for n in A.walk(sub) if isinstance(n, A.Access))

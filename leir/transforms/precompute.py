@@ -179,10 +179,13 @@ class _Site:
 
 
 def candidates(ctx: Context, at: int | None) -> list[Candidate]:
+    from leir.cancel import checkpoint
+
     out = []
     for info in ctx.equations_at(at):
         seen = set()
         for site in _value_sites(ctx, info):
+            checkpoint()  # quadratic in the equation: a request's budget stops it (leir.cancel)
             text = _text(ctx, site.node)
             if text in seen or _refusal(ctx, info, site) is not None:
                 continue

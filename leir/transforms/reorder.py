@@ -259,11 +259,14 @@ def loop_pairs(ctx: Context, at: int | None) -> list[tuple[LoopSite, LoopSite]]:
     """Loops with their only child that a cursor selects: pairs with a
     selected loop as the outer or the inner one, outermost first."""
     selected = ctx.loops_at(at)
-    parent_of = {}
-    for site in ctx.loop_sites:
-        child = only_child(ctx, site)
-        if child is not None:
-            parent_of[id(child.loop)] = site
+    parent_of = ctx.__dict__.get("_reorder_parent_of")
+    if parent_of is None:  # once per context: the whole program's loops
+        parent_of = {}
+        for site in ctx.loop_sites:
+            child = only_child(ctx, site)
+            if child is not None:
+                parent_of[id(child.loop)] = site
+        ctx.__dict__["_reorder_parent_of"] = parent_of
     pairs: dict[int, tuple[LoopSite, LoopSite]] = {}
     for site in selected:
         child = only_child(ctx, site)
@@ -272,7 +275,9 @@ def loop_pairs(ctx: Context, at: int | None) -> list[tuple[LoopSite, LoopSite]]:
         parent = parent_of.get(id(site.loop))
         if parent is not None and at is not None:
             pairs[id(parent.loop)] = (parent, site)
-    order = {id(s.loop): k for k, s in enumerate(ctx.loop_sites)}
+    order = ctx.__dict__.get("_reorder_order")
+    if order is None:
+        order = ctx.__dict__["_reorder_order"] = {id(s.loop): k for k, s in enumerate(ctx.loop_sites)}
     return sorted(pairs.values(), key=lambda p: order[id(p[0].loop)])
 
 

@@ -187,6 +187,14 @@ def _reads(info: EquationInfo) -> list[A.Access]:
 
 
 def stage_pipeline_problem(ctx: Context) -> tuple[str, str, A.Span | None] | None:
+    """``_stage_pipeline_problem``, once per context (a property of the
+    whole program, asked on every listing at a reduction loop)."""
+    if "_stage_pipeline_problem" not in ctx.__dict__:
+        ctx.__dict__["_stage_pipeline_problem"] = _stage_pipeline_problem(ctx)
+    return ctx.__dict__["_stage_pipeline_problem"]
+
+
+def _stage_pipeline_problem(ctx: Context) -> tuple[str, str, A.Span | None] | None:
     """Why TVM would not call the program a stage pipeline (rfactor needs
     one): a tensor written after an earlier equation read it, or a read
     that the earlier writes of its tensor may not cover. Conservative: a
