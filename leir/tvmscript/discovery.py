@@ -72,8 +72,19 @@ class KernelSource:
     lines: PythonLines = field(compare=False, repr=False)
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def without_lone_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate (which an editor may send, and which
+    Python's parser cannot encode) replaced by U+FFFD: one character for
+    one, three UTF-8 bytes for three, so no position moves."""
+    return _LONE_SURROGATE.sub("\ufffd", text) if _LONE_SURROGATE.search(text) else text
+
+
 def parse_python(text: str) -> tuple[ast.Module | None, list[Diagnostic]]:
     """The syntax tree of a Python file, or a "python-syntax" diagnostic."""
+    text = without_lone_surrogates(text)
     try:
         with warnings.catch_warnings():
             # "invalid escape sequence" and the like are the file's business,
@@ -95,6 +106,7 @@ def find_kernels(text: str) -> tuple[list[KernelSource], list[Diagnostic]]:
     Functions inside an ``@I.ir_module`` class belong to that module and are
     not listed separately. A file that is not valid Python has no kernels
     and one "python-syntax" diagnostic."""
+    text = without_lone_surrogates(text)
     tree, diagnostics = parse_python(text)
     if tree is None:
         return [], diagnostics
