@@ -125,7 +125,7 @@ def positions(rng: random.Random, text: str, count: int) -> list[int]:
     out = {0, len(text)}
     loops = [m.start() + 1 for m in re.finditer(r"[LPVUB]\^", text)]
     out.update(rng.sample(loops, min(len(loops), count // 2)))
-    while len(out) < count + 2 and text:
+    while len(out) < min(count + 2, len(text) + 1):  # a short text has fewer distinct offsets
         out.add(rng.randint(0, len(text)))
     return sorted(out)
 
