@@ -43,6 +43,10 @@ MAX_ELEMENTS = 2**62
 MAX_RANK = 32
 MAX_LOOP_DEPTH = 64
 MAX_EXPR_NODES = 256
+#: An integer exponent (``x**N``): 1024. The algebraic steps expand powers
+#: exactly with SymPy, where a rational to a huge integer power does not
+#: finish (found by bench/fuzz_documents.py: ``0.7071**067811865476``).
+MAX_EXPONENT = 1024
 MAX_STATEMENTS = 50_000
 
 

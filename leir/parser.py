@@ -26,7 +26,7 @@ from leir.ast import Span
 from leir.cancel import checkpoint
 from leir.diagnostics import Diagnostic, SourceText, error
 from leir.lexer import LOOP_HEADER, SIMPLE_ACCESS, Token, tokenize
-from leir.limits import MAX_EXPR_NODES, MAX_EXTENT, MAX_LOOP_DEPTH, MAX_RANK, MAX_STATEMENTS, power_text
+from leir.limits import MAX_EXPONENT, MAX_EXPR_NODES, MAX_EXTENT, MAX_LOOP_DEPTH, MAX_RANK, MAX_STATEMENTS, power_text
 
 RESERVED = frozenset({"in", "out", "tmp", "where", "inf"})
 
@@ -749,9 +749,22 @@ class _Parser:
                 depth = max(depth, rhs_depth) + 1
                 if depth > MAX_EXPR_DEPTH:
                     self.fail(tok.span, "too-deep", f"expression more than {MAX_EXPR_DEPTH} operations deep; split the equation")
+                if tok.text == "**":
+                    self._check_exponent(rhs)
                 lhs = A.Binary(tok.text, lhs, rhs, Span(lhs.span.start, rhs.span.end))
         finally:
             self.nesting -= 1
+
+    def _check_exponent(self, e: A.Expr) -> None:
+        """An integer exponent past ``MAX_EXPONENT`` is an error: the
+        algebraic steps expand powers exactly (SymPy), and 0.7071**67811865476
+        held a listing for ever."""
+        if isinstance(e, A.Unary) and e.op == "-":
+            e = e.operand
+        if isinstance(e, A.Num) and isinstance(e.value, int) and e.value > MAX_EXPONENT:
+            self.report(e.span, "exponent-too-large",
+                        f"an integer exponent must be at most {MAX_EXPONENT}; write a float exponent "
+                        f"({e.value}.0) if this is meant")
 
     def _unary(self, index: bool) -> tuple[A.Expr, int]:
         tok = self.peek
@@ -823,6 +836,8 @@ class _Parser:
         end = self.close(open_tok, ")", f"of the call of {name_tok.text}")
         span = Span(name_tok.start, end)
         func = name_tok.text
+        if func == "pow" and len(args) == 2:
+            self._check_exponent(args[1])
         if func in A.FUNCTIONS:
             arity = A.FUNCTIONS[func]
             if len(args) != arity:

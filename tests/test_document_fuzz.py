@@ -147,6 +147,14 @@ def test_an_index_integer_past_2_31_is_reported():
     assert (d.code, at) == ("index-too-large", "1000000000000")
 
 
+def test_a_huge_integer_exponent_is_reported():
+    # Found by bench/fuzz_documents.py: SymPy never finished 0.7071**67811865476.
+    for text in ("L^{4}_{i} [ Y_{i} = X_{i}*0.7071**067811865476; ];", "L^{4}_{i} [ Y_{i} = pow(X_{i}, 5000); ];"):
+        d, at = _only_error(text)
+        assert d.code == "exponent-too-large" and at in ("067811865476", "5000")
+    assert load_leir("L^{4}_{i} [ Y_{i} = X_{i}**3 + pow(X_{i}, -2) + X_{i}**2.5; ];").ok
+
+
 def test_deep_expressions_are_refused_not_recursed():
     for text in ("L^{4}_{i} [ Y_{i} = " + "(" * 20_000 + "X_{i}" + ")" * 20_000 + "; ];",
                  "L^{4}_{i} [ Y_{i} = " + "-" * 20_000 + "X_{i}; ];",
