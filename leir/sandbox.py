@@ -22,6 +22,7 @@ Importing this module is cheap (no TVM, no NumPy).
 from __future__ import annotations
 
 import os
+import threading
 
 #: Memory a worker that parses or transforms a document may use.
 DEFAULT_MEMORY_CAP = 4 * 1024**3
@@ -71,10 +72,15 @@ def worker_initializer(cap: int | None = DEFAULT_MEMORY_CAP) -> None:
     mark_isolated()
 
 
+#: What a measurement worker imports (``leir.measure``): the forkserver
+#: imports them once when a measurement engine starts it.
+MEASUREMENT_PRELOAD = ["numpy", "tvm", "leir.run", "leir.evaluate", "leir.document", "leir.measure.worker"]
+
 #: Modules the process's forkserver imports once, for every worker forked
 #: from it: what every caller of ``worker_context`` (and ``want_preloaded``)
 #: asked for before the forkserver started.
 _preload: list[str] = []
+_context_lock = threading.Lock()
 
 
 def want_preloaded(modules) -> None:
@@ -93,9 +99,10 @@ def worker_context(preload=()):
     fork."""
     import multiprocessing
 
-    want_preloaded(preload)
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(list(_preload))
-        return ctx
-    return multiprocessing.get_context("spawn")
+    with _context_lock:
+        want_preloaded(preload)
+        if "forkserver" in multiprocessing.get_all_start_methods():
+            ctx = multiprocessing.get_context("forkserver")
+            ctx.set_forkserver_preload(list(_preload))
+            return ctx
+        return multiprocessing.get_context("spawn")

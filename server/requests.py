@@ -69,6 +69,11 @@ BUDGET_S = {
     "foldingRange": 20.0,
     "formatting": 20.0,
 }
+#: The least budget of any request on a Python file: its kernel is parsed by
+#: TVM in the parse worker (itself limited to 20 s, leir.tvmscript.isolated)
+#: and raised to LEIR here, which imports TVM the first time (seconds, more
+#: on a loaded machine). Still a bound on a hang, not on a slow answer.
+TVMSCRIPT_BUDGET_S = 60.0
 #: Past the budget, how long the loop still waits for a thread that has not
 #: reached a checkpoint before it answers without it.
 GRACE_S = 0.25
@@ -104,6 +109,8 @@ async def off_loop(snapshot, function: Callable, *args, budget_s: float, what: s
                    on_budget: Callable[[], Any] | None = None) -> Any:
     """``function(*args)`` in a request thread under a token with this
     budget, child of the snapshot's token (see the module docstring)."""
+    if getattr(snapshot, "language", None) == "tvmscript":
+        budget_s = max(budget_s, TVMSCRIPT_BUDGET_S)
     token = Token(deadline=time.monotonic() + budget_s, parent=getattr(snapshot, "cancel_token", None),
                   exception=Stopped)
 

@@ -222,6 +222,12 @@ def server_version() -> str:
 
 def build_server() -> LeirServer:
     """A server with every handler in ``HANDLERS`` registered, not yet started."""
+    from leir import sandbox
+    from leir_server.workers import PRELOAD_EXTRA
+
+    # Every worker pool of the server (TVMScript parsing, jobs, measuring)
+    # forks from one forkserver; whichever starts it first starts it with all.
+    sandbox.want_preloaded(sandbox.MEASUREMENT_PRELOAD + PRELOAD_EXTRA)
     server = LeirServer(SERVER_NAME, server_version(), text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
     for method, module in HANDLERS.items():
         server.feature(method, getattr(module, "OPTIONS", None))(_bound(module.handle, server))

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing
 import threading
 from concurrent.futures import CancelledError, Future
 from typing import TYPE_CHECKING, Callable
@@ -71,13 +70,9 @@ class InvalidParams(JsonRpcException):
 def _context():
     """The forkserver context the measurement engine uses (one forkserver
     per process), with the job modules preloaded too when this starts it."""
-    from leir.measure.engine import PRELOAD
+    from leir import sandbox
 
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(list(dict.fromkeys(PRELOAD + PRELOAD_EXTRA)))
-        return ctx
-    return multiprocessing.get_context("spawn")
+    return sandbox.worker_context(sandbox.MEASUREMENT_PRELOAD + PRELOAD_EXTRA)
 
 
 class Workers:

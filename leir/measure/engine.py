@@ -59,6 +59,7 @@ from multiprocessing.connection import wait as wait_for
 from typing import Callable, Iterable, Sequence
 
 from leir import ast as A
+from leir import sandbox
 from leir.errors import LeirError
 from leir.measure import worker as worker_module
 from leir.measure.cache import MeasurementCache
@@ -80,7 +81,7 @@ STARTUP_LIMIT_S = 180.0
 #: gives up and fails its jobs with the reason.
 MAX_STARTUP_FAILURES = 3
 #: Modules the forkserver imports once, so that each worker starts with them.
-PRELOAD = ["numpy", "tvm", "leir.run", "leir.evaluate", "leir.document", "leir.measure.worker"]
+PRELOAD = sandbox.MEASUREMENT_PRELOAD
 
 
 class EngineClosed(LeirError):
@@ -915,19 +916,11 @@ def _canonical_text(analysis: Analysis) -> str:
     return print_program(canonical_program(analysis))
 
 
-_context_lock = threading.Lock()
-
-
 def _context():
     """Workers are forked from a forkserver that has imported TVM (fast
     restarts; the forkserver never runs TVM, so no TVM thread is forked);
     on platforms without fork, they are spawned."""
-    with _context_lock:
-        if "forkserver" in multiprocessing.get_all_start_methods():
-            ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload(PRELOAD)
-            return ctx
-        return multiprocessing.get_context("spawn")
+    return sandbox.worker_context(PRELOAD)
 
 
 def _kill(w: _Worker, wait: bool = True) -> None:
