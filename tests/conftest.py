@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -17,3 +18,17 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 def examples_dir() -> Path:
     """The bundled workloads, ``examples/*.leir`` (see examples/README.md)."""
     return REPO_ROOT / "examples"
+
+
+@pytest.fixture
+def workers(tmp_path, monkeypatch):
+    """A server's job pool and measurement engine (``leir_server.workers``)
+    with the default settings, its cache in a temporary directory; closed
+    after the test."""
+    from leir_server.session import Settings
+    from leir_server.workers import Workers
+
+    monkeypatch.setenv("LEIR_CACHE_DIR", str(tmp_path))
+    found = Workers(SimpleNamespace(session=SimpleNamespace(settings=Settings())))
+    yield found
+    found.close()

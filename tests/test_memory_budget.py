@@ -9,7 +9,6 @@ import os
 import resource
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import pytest
 
@@ -111,18 +110,6 @@ def test_the_worker_cap_follows_the_budget():
 
 
 # ------------------------------------------------------------ the job pool's cap
-
-
-@pytest.fixture
-def workers(tmp_path, monkeypatch):
-    from leir_server.session import Settings
-    from leir_server.workers import Workers
-
-    monkeypatch.setenv("LEIR_CACHE_DIR", str(tmp_path))
-    server = SimpleNamespace(session=SimpleNamespace(settings=Settings()))
-    found = Workers(server)
-    yield found
-    found.close()
 
 
 @pytest.mark.slow

@@ -7,23 +7,13 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from types import SimpleNamespace
 
 import pytest
 
 from leir_server.session import Settings
-from leir_server.workers import RequestFailed, Workers
+from leir_server.workers import RequestFailed
 
 pytestmark = pytest.mark.slow  # the job processes start from a forkserver that imports TVM
-
-
-@pytest.fixture
-def workers(tmp_path, monkeypatch):
-    monkeypatch.setenv("LEIR_CACHE_DIR", str(tmp_path))
-    server = SimpleNamespace(session=SimpleNamespace(settings=Settings()))
-    found = Workers(server)
-    yield found
-    found.close()
 
 
 async def test_a_job_runs_in_another_process(workers):

@@ -76,8 +76,14 @@ def test_a_parse_past_the_memory_cap_is_a_diagnostic_and_the_caller_carries_on(m
     doc = load_document(_long_kernel(200))
 
     [diagnostic] = doc.diagnostics
-    assert diagnostic.code == "tvmscript-limit" and "64 MiB" in diagnostic.message
+    # Either TVM's allocation fails (MemoryError, reported with the cap) or,
+    # on a loaded machine, the worker cannot even start under the cap.
+    assert diagnostic.code == "tvmscript-limit"
+    assert "64 MiB" in diagnostic.message or "workers expired" in diagnostic.message or "died" in diagnostic.message
     assert doc.kernels[0].func is None
+    monkeypatch.setattr(isolated, "MEMORY_CAP", 2 * 1024**3)
+    isolated._discard(isolated._workers)
+    assert load_document(SCALE_TVMSCRIPT).kernels[0].func is not None
 
 
 def test_a_kernel_parses_the_same_through_the_worker():

@@ -11,8 +11,8 @@ finds, from the programs before and after:
 - the **suffix**: the trailing nests equal in both;
 - the **region** between them, which differs (``before[p:nb-s]`` against
   ``after[p:na-s]``);
-- the **cone**: the suffix nests that read (transitively) what either
-  region writes, or touch a tensor whose declaration changed;
+- the **cone**: the suffix nests that read or write (transitively) what
+  either region writes, or touch a tensor whose declaration changed;
 - the **upstream slice**: the prefix nests whose results the region and
   the cone read (transitively), and no others.
 
@@ -29,9 +29,12 @@ Why that is a sound numerical check of the whole program (the argument
    slice is closed under "reads a tensor an earlier nest writes"; a
    partial write keeps the tensor wanted, so every earlier writer of it is
    in the slice too).
-2. A suffix nest outside the cone reads no tensor either region writes,
-   nor one that a cone nest writes, nor one whose declaration changed: it
-   reads the same values and writes the same values in both programs. The
+2. A suffix nest outside the cone reads and writes no tensor either region
+   writes, nor one that a cone nest writes, nor one whose declaration
+   changed: it reads the same values and writes the same values in both
+   programs, into tensors whose other values are the same in both (a nest
+   that overwrites what a region wrote is in the cone, or a later reader
+   would see its values in one program and the region's in the other). The
    cone grows in program order, so a nest that reads what a cone nest wrote
    is in the cone.
 3. So every output that the region, the cone and the changed declarations
@@ -174,7 +177,10 @@ def scope_of(before: Analysis, after: Analysis) -> Scope | None:
     cone = []
     for k in range(nb - s, nb):
         r, w = access_b[k]
-        if r & tainted or (r | w) & changed:
+        # A nest that writes a tainted tensor is in the cone too: it may
+        # overwrite what the region wrote (dead_code_elimination's example:
+        # the nest after the removed one writes S again before Y reads it).
+        if (r | w) & tainted or (r | w) & changed:
             cone.append(k)
             tainted |= w
     compared = tuple(name for name in outs if name in tainted)
