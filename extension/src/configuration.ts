@@ -20,6 +20,8 @@ export interface ServerConfiguration {
   rpcKey: string;
   autoMeasure: boolean;
   measurementBudget: number;
+  /** MB a program may need to be verified, run or measured; null: the server's default (LEIR_MEMORY_BUDGET_MB or 1000). */
+  memoryBudgetMB: number | null;
   model: { enabled: boolean };
   modelEnabled: boolean;
   suggestionsOnSave: boolean;
@@ -34,6 +36,7 @@ export const DEFAULTS: ServerConfiguration = {
   rpcKey: "",
   autoMeasure: false,
   measurementBudget: 24,
+  memoryBudgetMB: null,
   model: { enabled: true },
   modelEnabled: true,
   suggestionsOnSave: false,
@@ -58,6 +61,7 @@ export function serverConfiguration(get: ConfigGetter): ServerConfiguration {
   };
   const target = str("target", DEFAULTS.target);
   const budget = get("measurementBudget");
+  const memory = get("memoryBudgetMB");
   const modelEnabled = bool("model.enabled", DEFAULTS.modelEnabled);
   return {
     target: (TARGETS.includes(target) ? target : DEFAULTS.target) as Target,
@@ -65,6 +69,7 @@ export function serverConfiguration(get: ConfigGetter): ServerConfiguration {
     rpcKey: str("rpcKey", DEFAULTS.rpcKey),
     autoMeasure: bool("autoMeasure", DEFAULTS.autoMeasure),
     measurementBudget: Number.isInteger(budget) ? (budget as number) : DEFAULTS.measurementBudget,
+    memoryBudgetMB: typeof memory === "number" && memory >= 1 ? memory : DEFAULTS.memoryBudgetMB,
     model: { enabled: modelEnabled },
     modelEnabled,
     suggestionsOnSave: bool("suggestionsOnSave", DEFAULTS.suggestionsOnSave),

@@ -164,6 +164,7 @@ describe("leir-lsp over stdio, as the extension drives it", () => {
       rpcKey: "",
       autoMeasure: false,
       measurementBudget: 4,
+      memoryBudgetMB: null,
       model: { enabled: false },
       modelEnabled: false,
       suggestionsOnSave: false,
@@ -290,6 +291,7 @@ describe("the client's settings and the server's Settings", () => {
       rpc_key: DEFAULTS.rpcKey,
       auto_measure: DEFAULTS.autoMeasure,
       measurement_budget: DEFAULTS.measurementBudget,
+      memory_budget_mb: DEFAULTS.memoryBudgetMB,
       model_enabled: DEFAULTS.modelEnabled,
       suggestions_on_save: DEFAULTS.suggestionsOnSave,
     });
@@ -304,6 +306,7 @@ describe("the client's settings and the server's Settings", () => {
           rpcKey: "board",
           autoMeasure: true,
           measurementBudget: 7,
+          memoryBudgetMB: 2500,
           "model.enabled": false,
           suggestionsOnSave: true,
         })[key],
@@ -316,6 +319,7 @@ describe("the client's settings and the server's Settings", () => {
       rpc_key: "board",
       auto_measure: true,
       measurement_budget: 7,
+      memory_budget_mb: 2500,
       model_enabled: false,
       suggestions_on_save: true,
     });
