@@ -145,7 +145,11 @@ def _pool():
 
 
 def _discard(pool) -> None:
+    """Forget ``pool`` (if it is still the current one) and stop it; ``None`` is
+    a pool already discarded (a worker that died takes its pool with it)."""
     global _workers
+    if pool is None:
+        return
     with _lock:
         if _workers is pool:
             _workers = None
