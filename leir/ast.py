@@ -300,34 +300,42 @@ Node = Union[Program, Decl, Nest, Loop, Equation, Num, Var, Access, Unary, Binar
 
 def children(node: Node) -> Iterator[Node]:
     """Direct children in source order."""
-    if isinstance(node, Program):
-        yield from node.decls
-        yield from node.units
-    elif isinstance(node, Nest):
-        yield from node.loops
-        yield from node.body
-    elif isinstance(node, Equation):
-        yield node.lhs
-        yield node.rhs
-        if node.predicate is not None:
-            yield node.predicate
-    elif isinstance(node, Access):
-        if node.indices:
-            yield from node.indices
-    elif isinstance(node, Unary):
-        yield node.operand
-    elif isinstance(node, Binary):
-        yield node.lhs
-        yield node.rhs
-    elif isinstance(node, Call):
-        yield from node.args
+    return iter(_children(node))
+
+
+def _children(node: Node) -> tuple[Node, ...]:
+    kind = type(node)
+    if kind is Binary:
+        return (node.lhs, node.rhs)
+    if kind is Access:
+        return node.indices or ()
+    if kind is Num or kind is Var:
+        return ()
+    if kind is Unary:
+        return (node.operand,)
+    if kind is Call:
+        return tuple(node.args)
+    if kind is Equation:
+        return (node.lhs, node.rhs) if node.predicate is None else (node.lhs, node.rhs, node.predicate)
+    if kind is Nest:
+        return tuple(node.loops) + tuple(node.body)
+    if kind is Program:
+        return tuple(node.decls) + tuple(node.units)
+    return ()
 
 
 def walk(node: Node) -> Iterator[Node]:
-    """Pre-order traversal of ``node`` and everything under it."""
-    yield node
-    for child in children(node):
-        yield from walk(child)
+    """Pre-order traversal of ``node`` and everything under it (with a stack
+    of its own: a recursive generator costs a frame per level for every node
+    it yields, and the analyses walk every equation on each request)."""
+    stack = [node]
+    pop, push = stack.pop, stack.extend
+    while stack:
+        n = pop()
+        yield n
+        kids = _children(n)
+        if kids:
+            push(kids[::-1])
 
 
 @dataclass(frozen=True)

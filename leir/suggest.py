@@ -102,24 +102,10 @@ class Suggestion:
 
 def program_digest(analysis: Analysis) -> str:
     """SHA-256 of a program's structural text (``leir.measure.key``): equal
-    for two programs that build to the same kernel. Remembered for the last
-    few analyses (every hover and listing on one version asks for it, and
-    it reads the whole program)."""
+    for two programs that build to the same kernel."""
     from leir.measure.key import structural_text
 
-    with _DIGESTS_LOCK:
-        for held, digest in _DIGESTS:
-            if held is analysis:
-                return digest
-    digest = hashlib.sha256(structural_text(analysis).encode("utf-8")).hexdigest()
-    with _DIGESTS_LOCK:
-        _DIGESTS.insert(0, (analysis, digest))
-        del _DIGESTS[8:]
-    return digest
-
-
-_DIGESTS: list[tuple[Analysis, str]] = []
-_DIGESTS_LOCK = threading.Lock()
+    return hashlib.sha256(structural_text(analysis).encode("utf-8")).hexdigest()
 
 
 class StepOutcomes:

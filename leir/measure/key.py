@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import threading
 
 from leir.printer import print_program
 from leir.semantics import Analysis
@@ -44,7 +45,29 @@ KEY_FORMAT = 1
 
 def structural_text(analysis: Analysis) -> str:
     """The compact program followed by its tensor table (see the module
-    docstring). Requires an analysis without errors."""
+    docstring). Requires an analysis without errors. Remembered for the last
+    few analyses: the key of the program, its digest and the outcomes of its
+    steps all ask for it on every hover and listing of one version, and it
+    prints the whole program (8 ms on a 1,000-line file)."""
+    with _TEXTS_LOCK:
+        for held, text in _TEXTS:
+            if held is analysis:
+                return text
+    text = _structural_text(analysis)
+    with _TEXTS_LOCK:
+        _TEXTS.insert(0, (analysis, text))
+        del _TEXTS[_TEXTS_HELD:]
+    return text
+
+
+#: Analyses whose structural text is remembered (held by identity: an
+#: analysis is not changed once built).
+_TEXTS_HELD = 8
+_TEXTS: list[tuple[Analysis, str]] = []
+_TEXTS_LOCK = threading.Lock()
+
+
+def _structural_text(analysis: Analysis) -> str:
     program = print_program(analysis.complete_program(), "compact")
     # By role, keeping the order within each: the order of the inputs, and of
     # the outputs, is the order of the lowered function's parameters; how
