@@ -157,7 +157,8 @@ def _version() -> str:
 
 
 def cmd_check(args) -> int:
-    from leir.document import check_text, language_of, read_text
+    from leir.document import CheckedFile, check_text, language_of, load_leir, read_text
+    from leir.footprint import budget_diagnostics
 
     status = EXIT_OK
     for path in args.files:
@@ -167,7 +168,12 @@ def cmd_check(args) -> int:
             print(f"leir: {e}", file=sys.stderr)
             status = max(status, EXIT_USAGE)
             continue
-        checked = check_text(text, language_of(path))
+        if language_of(path) == "leir":
+            doc = load_leir(text)
+            # With what leir would refuse to run (leir.footprint): a warning, not a finding.
+            checked = CheckedFile(text, doc.source, doc.diagnostics + budget_diagnostics(doc.analysis))
+        else:
+            checked = check_text(text, "tvmscript")
         for d in checked.diagnostics:
             print(f"{path}:{checked.source.format_location(d.span)}: {d.severity}: {d.message} [{d.code}]")
             for r in d.related:

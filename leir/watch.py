@@ -145,8 +145,14 @@ class Row:
         }
 
 
+#: The status of a program (and of its steps) that the memory budget keeps
+#: from being verified, run or measured (``leir.footprint``): nothing was
+#: built, and no measurement of the budget was spent on it.
+REFUSED = "refused"
+
+
 def _failed(status: str) -> bool:
-    return status.startswith(("failed", "verification failed", "not applicable"))
+    return status.startswith(("failed", "verification failed", "not applicable", REFUSED))
 
 
 # ------------------------------------------------------------------ debouncing
@@ -538,6 +544,8 @@ class Watcher:
             work = list(state.measurable)
         left = self.budget
         for row, kernel in work:
+            if self._over_budget(rel, generation, row, kernel):
+                continue
             left = self._measure_program(rel, generation, row, None, kernel.analysis, left, kernel.name)
             for s in list(row.suggestions):
                 if self._current(rel, generation) is None:
@@ -624,12 +632,34 @@ class Watcher:
             self._set(rel, generation, s, status=f"not applicable: {type(e).__name__}: {e}")
         return None
 
+    def _over_budget(self, rel, generation, row: Row, kernel: _Kernel) -> bool:
+        """Whether running the kernel's program would exceed the memory budget
+        (``LEIR_MEMORY_BUDGET_MB``); then the row and each of its steps say
+        so, and none of them is verified or measured."""
+        from leir.footprint import check_budget
+
+        try:
+            message = check_budget(kernel.analysis, "run")
+        except LeirError as e:  # a budget in the environment that is not a number
+            message = str(e)
+        if message is None:
+            return False
+        self._set(rel, generation, row, status=f"{REFUSED}: {message}")
+        for s in list(row.suggestions):
+            self._set(rel, generation, s, status=f"{REFUSED}: the program is over the memory budget")
+        return True
+
     def _verified(self, rel, generation, kernel: _Kernel, s: Suggestion, after) -> bool:
         from leir.transforms import verify
 
         self._set(rel, generation, s, status="verifying")
+        from leir.footprint import MemoryBudgetExceeded
+
         try:
             result = verify(kernel.analysis, after)
+        except MemoryBudgetExceeded as e:  # the step made the program larger than the budget
+            self._set(rel, generation, s, status=f"{REFUSED}: {e}")
+            return False
         except Exception as e:  # noqa: BLE001 - a build failure is a failed verification
             self._set(rel, generation, s, status=f"verification failed: {type(e).__name__}: {e}")
             return False
@@ -649,8 +679,13 @@ class Watcher:
         if left <= 0:
             return left
         label = f"{rel}:{kernel}" + ("" if s is None else f" {s.title}")
+        from leir.footprint import MemoryBudgetExceeded
+
         try:
             future = self._measurer_now().submit(analysis, label)
+        except MemoryBudgetExceeded as e:  # refused before anything was built: no measurement spent
+            self._set(rel, generation, target, status=f"{REFUSED}: {e}")
+            return left
         except LeirError as e:
             self._set(rel, generation, target, status=f"failed: {e}")
             return left - 1

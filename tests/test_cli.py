@@ -75,6 +75,16 @@ def test_check_several_files_exit_status_is_worst(tmp_path):
     assert "cannot be implied" in result.stdout
 
 
+def test_check_warns_of_a_program_over_the_memory_budget_without_failing(tmp_path):
+    big = write(tmp_path, "big.leir", "L^{20000}_{i}\n  L^{20000}_{j} [\n    B_{i,j} = A_{i,j}*2.0;\n  ];\n")
+    result = leir("check", str(big))
+    assert result.returncode == 0, result.stderr
+    [line] = result.stdout.splitlines()
+    assert line.startswith(f"{big}:3:5: warning: the tensors of this program take 3.2 GB")
+    assert line.endswith("[memory-budget]") and "LEIR_MEMORY_BUDGET_MB" in line
+    assert leir("check", str(write(tmp_path, "small.leir", "L^{4}_{i} [\n  B_{i} = A_{i}*2.0;\n];\n"))).stdout == ""
+
+
 def test_check_missing_file_is_one_line_error(tmp_path):
     result = leir("check", str(tmp_path / "nope.leir"))
     assert_one_line_error(result, "nope.leir", "no such file")

@@ -297,6 +297,50 @@ def test_cache_first_then_new_measurements_within_the_budget(tmp_path):
     assert not w.busy()
 
 
+def test_a_program_over_the_memory_budget_is_refused_and_spends_nothing(tmp_path, monkeypatch):
+    # SCALE's tensors take 16 kB: over a 10 kB budget.
+    monkeypatch.setenv("LEIR_MEMORY_BUDGET_MB", "0.01")
+    (tmp_path / "scale.leir").write_text(SCALE)
+    measurer = FakeMeasurer()
+    w = Watcher(tmp_path, budget=2, suggestions=2, measurer=measurer)
+
+    assert w.run_once(timeout_s=30) is True  # nothing left running
+
+    row = only_row(w, "scale.leir")
+    assert row.latency_status.startswith("refused: the tensors of this program take 16 kB")
+    assert "LEIR_MEMORY_BUDGET_MB" in row.latency_status
+    assert len(row.suggestions) == 2
+    assert [s.status for s in row.suggestions] == ["refused: the program is over the memory budget"] * 2
+    assert measurer.submitted == [] and measurer.recorded == []
+
+
+def test_a_measurement_the_engine_refuses_for_memory_costs_no_budget(tmp_path):
+    from leir.footprint import MemoryBudgetExceeded
+
+    class Refusing(FakeMeasurer):
+        """Refuses the first program it is given, as the engine does past its budget."""
+
+        def submit(self, analysis, label):
+            if not self.refused:
+                self.refused.append(label)
+                raise MemoryBudgetExceeded("the tensors of this program take 16 KB; leir builds and runs up to 10 KB")
+            return super().submit(analysis, label)
+
+    (tmp_path / "scale.leir").write_text(SCALE)
+    measurer = Refusing()
+    measurer.refused = []
+    w = Watcher(tmp_path, budget=1, suggestions=1, measurer=measurer)
+
+    w.run_once(timeout_s=0)
+
+    row = only_row(w, "scale.leir")
+    assert row.latency_status == "refused: the tensors of this program take 16 KB; leir builds and runs up to 10 KB"
+    assert measurer.refused == ["scale.leir:scale"]
+    # The one measurement of the budget went to the step instead.
+    assert [label for label, _, _ in measurer.submitted] == [f"scale.leir:scale {row.suggestions[0].title}"]
+    assert row.suggestions[0].status == "measuring"
+
+
 @pytest.mark.slow
 def test_a_python_kernels_step_is_applied_to_the_kernel_verified_and_measured(tmp_path):
     (tmp_path / "kernels.py").write_text(TVMSCRIPT)
