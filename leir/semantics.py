@@ -116,6 +116,14 @@ class EquationInfo:
     def init(self) -> float | None:
         return COMBINER_INIT[self.combiner] if self.kind == "reduce" else None
 
+    @property
+    def iterations(self) -> int:
+        """How many times the equation runs: the product of its loops' extents."""
+        n = 1
+        for loop in self.loops:
+            n *= loop.extent
+        return n
+
 
 @dataclass
 class Analysis:

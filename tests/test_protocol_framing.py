@@ -9,6 +9,7 @@ not a traceback."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 
@@ -44,6 +45,18 @@ def body(message) -> bytes:
 
 async def start(*args: str) -> RawLsp:
     return await RawLsp.start(*args, env=ENV, capture_stderr=True)
+
+
+@contextlib.asynccontextmanager
+async def exiting(*args: str):
+    """A server expected to exit by itself: killed if it has not by the end."""
+    server = await start(*args)
+    try:
+        yield server
+    finally:
+        if server.process.returncode is None:
+            server.process.kill()
+            await server.process.wait()
 
 
 def pop_ups(server: RawLsp) -> list[dict]:
@@ -171,8 +184,7 @@ UNRECOVERABLE = [
 
 
 async def _unrecoverable(name: str, data: bytes, close: bool, says: str) -> str | None:
-    server = await start()
-    try:
+    async with exiting() as server:
         await server.initialize()
         server.write(data)
         if close:
@@ -187,10 +199,6 @@ async def _unrecoverable(name: str, data: bytes, close: bool, says: str) -> str 
         if pop_ups(server):
             return f"{name}: pop-ups {pop_ups(server)}"
         return None
-    finally:
-        if server.process.returncode is None:
-            server.process.kill()
-            await server.process.wait()
 
 
 async def test_an_input_that_cannot_be_read_ends_the_server_with_one_clear_line():
@@ -200,8 +208,7 @@ async def test_an_input_that_cannot_be_read_ends_the_server_with_one_clear_line(
 
 
 async def test_a_content_length_shorter_than_the_body_is_answered_before_the_exit():
-    server = await start()
-    try:
+    async with exiting() as server:
         await server.initialize()
         server.write(b"Content-Length: 10\r\n\r\n" + VALID)
         # The 10 bytes it said were the body are not JSON: answered, with a null id.
@@ -209,9 +216,6 @@ async def test_a_content_length_shorter_than_the_body_is_answered_before_the_exi
         assert answer["error"]["code"] == -32700
         code, stderr = await server.exit_status(EXIT_S)
         assert code == 2
-    finally:
-        if server.process.returncode is None:
-            server.process.kill()
 
 
 # --------------------------------------------------------------- lifecycle
@@ -235,8 +239,7 @@ async def test_before_initialize_requests_get_server_not_initialized_and_notific
 
 
 async def test_after_shutdown_requests_get_invalid_request_and_exit_is_0():
-    server = await start()
-    try:
+    async with exiting() as server:
         await server.initialize()
         assert (await server.request("shutdown"))["result"] is None
         late = await server.request(FOLD, NOT_OPEN)
@@ -247,21 +250,14 @@ async def test_after_shutdown_requests_get_invalid_request_and_exit_is_0():
         code, stderr = await server.exit_status(EXIT_S)
         assert code == 0
         assert "Traceback" not in stderr
-    finally:
-        if server.process.returncode is None:
-            server.process.kill()
 
 
 async def test_exit_without_shutdown_is_status_1():
-    server = await start()
-    try:
+    async with exiting() as server:
         await server.initialize()
         server.notify("exit", None)
         code, _ = await server.exit_status(EXIT_S)
         assert code == 1
-    finally:
-        if server.process.returncode is None:
-            server.process.kill()
 
 
 async def test_exit_before_initialize_is_status_1_and_closing_the_input_without_exit_too():

@@ -66,12 +66,16 @@ def builds(monkeypatch):
     return built
 
 
+def _miswritten(blocks: int, right: str, wrong: str):
+    """(before, after, scope) of ``layer_norms(blocks)`` with one wrong edit."""
+    text = layer_norms(blocks)
+    assert right in text
+    before, after = _analysis(text), _analysis(text.replace(right, wrong))
+    return before, after, scope_of(before, after)
+
+
 def test_a_wrong_change_in_a_downstream_nest_is_caught(builds):
-    text = layer_norms(4)
-    before = _analysis(text)
-    wrong = text.replace("g2_{j}*1.000 + b2_{j}", "g2_{j}*1.000 - b2_{j}")
-    after = _analysis(wrong)
-    scope = scope_of(before, after)
+    before, after, scope = _miswritten(4, "g2_{j}*1.000 + b2_{j}", "g2_{j}*1.000 - b2_{j}")
     assert scope is not None and scope.region_before == (8,) and scope.compared == ("Y2",)
 
     result = transforms.verify(before, after)
@@ -84,12 +88,8 @@ def test_a_wrong_change_in_a_downstream_nest_is_caught(builds):
 
 
 def test_a_wrong_change_upstream_that_shows_only_downstream_is_caught(builds):
-    text = layer_norms(4)
-    before = _analysis(text)
     # mean1 is a temporary: no output is written by the changed nest itself.
-    wrong = text.replace("mean1_{i} += X1_{i,j}/12.0", "mean1_{i} += X1_{i,j}/11.0")
-    after = _analysis(wrong)
-    scope = scope_of(before, after)
+    before, after, scope = _miswritten(4, "mean1_{i} += X1_{i,j}/12.0", "mean1_{i} += X1_{i,j}/11.0")
     assert scope.region_before == (3,)
     assert scope.cone == (4, 5)  # the variance and the output read mean1
     assert scope.compared == ("Y1",)

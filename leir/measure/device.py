@@ -205,10 +205,7 @@ def program_cost(analysis: Analysis) -> ProgramCost:
     """FLOPs and compulsory bytes of a program (see the module docstring)."""
     flops = 0
     for info in analysis.equations:
-        iterations = 1
-        for loop in info.loops:
-            iterations *= loop.extent
-        flops += iterations * _operations(info.equation.rhs)
+        flops += info.iterations * _operations(info.equation.rhs)
     moved = 0
     for t in analysis.tensors.values():
         if t.role in ("in", "out"):

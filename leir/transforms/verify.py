@@ -88,13 +88,7 @@ EVALUATE_UPSTREAM_POINTS = 1 << 18
 
 
 def _iterations(analysis: Analysis) -> int:
-    total = 0
-    for info in analysis.equations:
-        n = 1
-        for loop in info.loops:
-            n *= loop.extent
-        total += n
-    return total
+    return sum(info.iterations for info in analysis.equations)
 
 
 def _verify_scoped(before: Analysis, scope, subs, seeds: tuple[int, ...], target: str) -> Verification:
