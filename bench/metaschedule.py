@@ -114,7 +114,7 @@ def main(argv=None) -> int:
     parser.add_argument("--ms-timeout", type=float, default=300.0, help="MetaSchedule builder/runner timeout in seconds")
     parser.add_argument("--docs", help="append the table to this Markdown file")
     args = parser.parse_args(argv)
-    from leir.measure.device import kernel_threads
+    from leir.targets import kernel_threads
 
     # Kernels timed in this process run on the threads the measurement
     # engine's workers use (TVM's default is half the CPUs, pinned).

@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     parser.add_argument("--workloads", default="batched_matmul,matmul,softmax")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
-    from leir.measure.device import kernel_threads
+    from leir.targets import kernel_threads
 
     # Kernels timed in this process run on the threads the measurement
     # engine's workers use (TVM's default is half the CPUs, pinned).

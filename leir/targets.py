@@ -9,6 +9,7 @@ target names the host CPU (measured 2.1x faster on the same kernel).
 from __future__ import annotations
 
 import functools
+import os
 import subprocess
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,26 @@ if TYPE_CHECKING:
 #: The architecture CUDA code is built for when no GPU says otherwise
 #: (the H100/H200 generation).
 DEFAULT_CUDA_ARCH = "sm_90"
+
+
+def kernel_threads() -> int:
+    """The threads a CPU kernel runs on: ``TVM_NUM_THREADS`` when set, else
+    every CPU this process may use. TVM's own default is half the hardware
+    threads (it assumes hyperthreading) and it pins the process to the CPUs
+    it uses: on a 2-vCPU machine, one thread on CPU 0, so a parallel loop
+    gained nothing. The measurement worker and ``leir.run`` set ``TVM_NUM_THREADS``
+    to this before TVM starts its thread pool."""
+    threads = os.environ.get("TVM_NUM_THREADS", "").strip()
+    if threads.isdigit() and int(threads) > 0:
+        return int(threads)
+    return _usable_cpus()
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 @functools.lru_cache(maxsize=1)

@@ -136,7 +136,7 @@ def test_the_vendor_reference_is_the_workloads(engine):
 
 def test_workers_run_kernels_on_the_threads_the_device_name_says(engine):
     # TVM's default would be half the CPUs (one on two vCPUs), pinned to CPU 0.
-    from leir.measure.device import kernel_threads
+    from leir.targets import kernel_threads
 
     assert engine.wait_ready(120)
     assert engine.device.endswith(f"({kernel_threads()} thread{'' if kernel_threads() == 1 else 's'})")

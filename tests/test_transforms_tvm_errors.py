@@ -1,5 +1,5 @@
 """TVM refusals that are not ``ScheduleError``s become ``TvmRefused``
-(``leir.transforms._apply_schedule``); a bug in our own schedule code stays a
+(``leir.transforms.applying._apply_schedule``); a bug in our own schedule code stays a
 bug. TVM 0.27 with apache-tvm-ffi raises a failed ``ICHECK`` as a plain
 ``ValueError``, a missing map key as ``KeyError`` and its Python wrappers'
 argument checks as ``TypeError``: each is triggered here with a real TVM
@@ -12,7 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from leir.document import load_leir
-from leir.transforms import Step, _apply_schedule
+from leir.transforms import Step
+from leir.transforms.applying import _apply_schedule
 from leir.transforms.base import Context, TvmRefused
 
 pytestmark = pytest.mark.slow  # lowers with TVM

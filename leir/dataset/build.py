@@ -33,7 +33,7 @@ evaluation of the start program, before timing it; a wrong kernel gets no
 latency and its sample is recorded as not verified. Each step's program
 before was itself checked against the start program, so a verified step
 is one whose kernel computes what the program before it computes, within
-Step-TP's tolerances (``leir.run.compare``). The programs after the steps
+Step-TP's tolerances (``leir.comparison.compare``). The programs after the steps
 are never evaluated with NumPy (the evaluator iterates in Python over some
 transformed nests, which took up to a minute each); the start program is
 evaluated once per seed in each worker. A cache hit measured without that
@@ -230,14 +230,14 @@ def _text(analysis) -> str:
 
 
 def _verification(method: str, comparisons: list, seeds, notes: list[str]) -> tuple[bool, dict]:
-    from leir.run import MSE_TOLERANCE, RELATIVE_TOLERANCE
+    from leir.comparison import MSE_TOLERANCE, RELATIVE_TOLERANCE
 
     ok = bool(comparisons) and all(c.ok for _, c in comparisons) and not notes
     worst_abs = max((c.max_abs_err for _, c in comparisons), default=0.0)
     worst_rel = max((c.max_rel_err for _, c in comparisons), default=0.0)
     worst_mse = max((c.mse for _, c in comparisons), default=0.0)
     criteria = sorted({c.criterion for _, c in comparisons if c.criterion})
-    from leir.run import absolute_tolerance
+    from leir.comparison import absolute_tolerance
 
     dtypes = sorted({dtype for dtype, _ in comparisons})
     summary = "; ".join(notes) if notes else ("ok" if ok else "MISMATCH")
@@ -300,7 +300,7 @@ def _time_limit(seconds: float):
 def _equivalence(before: _State, after) -> tuple[list, list[str]]:
     """Compare the NumPy evaluation of ``after`` with that of ``before`` on
     every seed: (dtype, Comparison) pairs and notes. Raises ``SlowEvaluation``."""
-    from leir.run import compare
+    from leir.comparison import compare
 
     comparisons, notes = [], []
     dtypes = {t.name: t.dtype for t in after.outputs()}

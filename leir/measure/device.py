@@ -45,6 +45,7 @@ from pathlib import Path
 from leir import ast as A
 from leir.files import write_atomic
 from leir.semantics import Analysis
+from leir.targets import kernel_threads
 
 PEAKS_FILE = "device-peaks.json"
 
@@ -56,19 +57,6 @@ def cpu_name() -> str:
     """``AMD EPYC (2 threads)``: the model and the threads kernels run on."""
     threads = kernel_threads()
     return f"{_cpu_model()} ({threads} thread{'' if threads == 1 else 's'})"
-
-
-def kernel_threads() -> int:
-    """The threads a CPU kernel runs on: ``TVM_NUM_THREADS`` when set, else
-    every CPU this process may use. TVM's own default is half the hardware
-    threads (it assumes hyperthreading) and it pins the process to the CPUs
-    it uses: on a 2-vCPU machine, one thread on CPU 0, so a parallel loop
-    gained nothing. The measurement worker sets ``TVM_NUM_THREADS`` to this
-    before TVM starts its thread pool."""
-    threads = os.environ.get("TVM_NUM_THREADS", "").strip()
-    if threads.isdigit() and int(threads) > 0:
-        return int(threads)
-    return _usable_cpus()
 
 
 @functools.lru_cache(maxsize=1)
@@ -83,13 +71,6 @@ def _cpu_model() -> str:
     import platform
 
     return platform.processor() or platform.machine() or "cpu"
-
-
-def _usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 @functools.lru_cache(maxsize=1)

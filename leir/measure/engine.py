@@ -60,17 +60,18 @@ from typing import Callable, Iterable, Sequence
 
 from leir import ast as A
 from leir import sandbox
+from leir.comparison import Comparison
 from leir.errors import LeirError
 from leir.measure import worker as worker_module
 from leir.measure.cache import MeasurementCache
-from leir.measure.device import (DevicePeaks, ProgramCost, cpu_name, gpu_name, kernel_threads, load_peaks, program_cost,
+from leir.measure.device import (DevicePeaks, ProgramCost, cpu_name, gpu_name, load_peaks, program_cost,
                                  roofline_ms)
 from leir.measure.key import default_toolchain, measurement_key, reference_key, workload_key
 from leir.measure.measurement import Measurement, PairedMeasurement, VendorResult, failure
 from leir.measure.rpc import RPC, RPCError, servers_for, tracker_summary
 from leir.measure.timing import DEFAULT_MIN_RUN_MS, DEFAULT_REPEAT, summarize
-from leir.run import Comparison
 from leir.semantics import Analysis
+from leir.targets import kernel_threads
 
 __all__ = ["EngineBusy", "EngineClosed", "MeasurementEngine", "MeasurementFuture", "Progress"]
 

@@ -139,7 +139,7 @@ def _loop(conn: _Pipe, config: dict) -> None:
     os.dup2(2, 1)  # stdout may be the language server's protocol stream: TVM's prints go to stderr
     if config.get("threads"):
         # Before TVM starts its thread pool (at the first kernel): its default
-        # is half the CPUs, pinned (see ``device.kernel_threads``).
+        # is half the CPUs, pinned (see ``leir.targets.kernel_threads``).
         os.environ["TVM_NUM_THREADS"] = str(config["threads"])
     _limit_memory(config)
     if config.get("memory_budget_mb") is not None:
@@ -269,7 +269,7 @@ class _Runner:
     def build(self, job: dict) -> _Built:
         from leir.document import load_leir
         from leir.evaluate import evaluate
-        from leir.run import random_inputs
+        from leir.inputs import random_inputs
 
         doc = load_leir(job["program"])
         if not doc.ok:
@@ -439,8 +439,8 @@ class _Runner:
         """Run the kernel and compare every output with the expected one (a
         wrong kernel gets no latency), on the timing inputs and then on each
         further check's; the timing inputs' arguments, and per output the
-        worst comparison (``leir.run.merge_comparisons``)."""
-        from leir.run import merge_comparisons
+        worst comparison (``leir.comparison.merge_comparisons``)."""
+        from leir.comparison import merge_comparisons
 
         job = built.job
         args, comparisons = self._run_and_compare(built, module, device, built.inputs, built.expected,
@@ -458,7 +458,7 @@ class _Runner:
         import tvm
 
         from leir.inputs import zeros
-        from leir.run import compare
+        from leir.comparison import compare
 
         analysis, job = built.analysis, built.job
         params = [tvm.runtime.tensor(inputs[t.name], device) for t in analysis.inputs()]

@@ -11,9 +11,11 @@ its title.
 
 from __future__ import annotations
 
+import sys
 from typing import Callable
 
 from leir import ast as A
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, loop_arg, tvm_loop
 
 def entry_points(step_id: str, refusal: Callable[[Context, LoopSite], NotApplicable | None],
@@ -41,9 +43,7 @@ def entry_points(step_id: str, refusal: Callable[[Context, LoopSite], NotApplica
     return candidates_, check_, schedule_
 
 
-def apply_step(step_id: str, program, block: str, loop: str):
-    """Apply the step ``step_id`` to loop ``loop`` around ``block`` and
-    return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(step_id, {"block": block, "loop": loop}))
+def apply_step(step: str, program, block: str, loop: str):
+    """Apply the step module named ``step`` (its ``__name__``) to loop
+    ``loop`` around ``block`` and return the new program."""
+    return apply_transform(step, program, Step(sys.modules[step].ID, {"block": block, "loop": loop}))

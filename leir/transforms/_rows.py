@@ -18,6 +18,7 @@ own ``match``.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, replace
 from typing import Callable, NoReturn, Protocol, TypeVar
 
@@ -27,6 +28,7 @@ from leir import value_types as VT
 from leir.ast import Span
 from leir.printer import print_expr
 from leir.semantics import EquationInfo
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, NotApplicable, Step, str_arg
 from leir.transforms.rewrite import fresh_name, item_at, names_in, replace_at, substitute
 
@@ -679,8 +681,7 @@ def check(ctx: Context, args: dict, step_id: str, match: Callable[[Context, Equa
         raise typed(errors, refusal) from None
 
 
-def apply_step(step_id: str, program, block: str):
-    """Apply the step ``step_id`` to ``block`` and return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(step_id, {"block": block}))
+def apply_step(step: str, program, block: str):
+    """Apply the step module named ``step`` (its ``__name__``) to ``block``
+    and return the new program."""
+    return apply_transform(step, program, Step(sys.modules[step].ID, {"block": block}))

@@ -50,6 +50,7 @@ steps again is cheap: SymPy runs once per distinct value.
 
 from __future__ import annotations
 
+import sys
 import functools
 import random
 from dataclasses import dataclass, field, replace
@@ -60,6 +61,7 @@ from leir import ast as A
 from leir import value_types as VT
 from leir.printer import print_expr
 from leir.semantics import Analysis, EquationInfo
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, NotApplicable, Step, str_arg
 from leir.transforms.rewrite import map_expr, replace_at
 
@@ -204,6 +206,11 @@ def expr_sign(e: A.Expr, signs: dict[str, str]) -> str | None:
         if e.func == "if_then_else":
             return _meet(args[1], args[2])
     return None
+
+
+def signs_of(ctx: Context) -> dict[str, str]:
+    """``tensor_signs`` of the context's program, once per program."""
+    return ctx.memo("tensor_signs", lambda: tensor_signs(ctx.analysis))
 
 
 def tensor_signs(analysis: Analysis) -> dict[str, str]:
@@ -829,7 +836,7 @@ def candidates(spec: Spec, ctx: Context, at: int | None) -> list[Candidate]:
     signs = None
     for info in ctx.equations_at(at):
         if signs is None:
-            signs = ctx.tensor_signs
+            signs = signs_of(ctx)
         o = _outcome_of(spec, ctx, info, signs)
         if o.result is not None:
             block = ctx.block_names[info.index]
@@ -839,14 +846,14 @@ def candidates(spec: Spec, ctx: Context, at: int | None) -> list[Candidate]:
 
 def check(spec: Spec, ctx: Context, args: dict) -> None:
     info = ctx.equation_of_block(str_arg(args, "block", spec.id))
-    o = _outcome_of(spec, ctx, info, ctx.tensor_signs)
+    o = _outcome_of(spec, ctx, info, signs_of(ctx))
     if o.result is None:
         _raise(spec, ctx, info, o)
 
 
 def rewrite(spec: Spec, ctx: Context, args: dict) -> A.Program:
     info = ctx.equation_of_block(str_arg(args, "block", spec.id))
-    o = _outcome_of(spec, ctx, info, ctx.tensor_signs)
+    o = _outcome_of(spec, ctx, info, signs_of(ctx))
     if o.result is None:
         _raise(spec, ctx, info, o)
     _, put_back = value_slot(info)
@@ -873,8 +880,7 @@ def entry_points(spec: Spec) -> tuple[Callable, Callable, Callable]:
     return candidates_, check_, rewrite_
 
 
-def apply_step(spec: Spec, program, block: str):
-    """Apply the step of ``spec`` to ``block`` and return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(spec.id, {"block": block}))
+def apply_step(step: str, program, block: str):
+    """Apply the step module named ``step`` (its ``__name__``, the module of
+    a ``Spec``) to ``block`` and return the new program."""
+    return apply_transform(step, program, Step(sys.modules[step].ID, {"block": block}))

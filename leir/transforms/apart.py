@@ -84,4 +84,4 @@ candidates, check, rewrite = algebra.entry_points(SPEC)
 
 def apart(program, block: str):
     """Decompose the value of ``block`` into partial fractions (see the module docstring)."""
-    return algebra.apply_step(SPEC, program, block)
+    return algebra.apply_step(__name__, program, block)

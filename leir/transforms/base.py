@@ -268,20 +268,6 @@ class Context:
                 out.setdefault(id(s.outer[-1]), []).append(s)
         return out
 
-    @cached_property
-    def nest_places(self) -> dict:
-        """Where every nest is (``operator_fusion.nest_places``), once per program."""
-        from leir.transforms.operator_fusion import nest_places
-
-        return nest_places(self.program)
-
-    @cached_property
-    def tensor_signs(self) -> dict[str, str]:
-        """Tensors provably positive or nonnegative (``algebra.tensor_signs``), once per program."""
-        from leir.transforms.algebra import tensor_signs
-
-        return tensor_signs(self.analysis)
-
     def loops_at(self, at: int | None) -> list[LoopSite]:
         """The loops a cursor position selects: the loop whose header holds
         it; else every loop enclosing it (innermost first); everything when

@@ -70,6 +70,7 @@ from __future__ import annotations
 
 from leir import ast as A
 from leir.semantics import MAX_THREADS_PER_BLOCK, THREAD_AXIS_LIMITS
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import BadStep, Candidate, Context, LoopSite, NotApplicable, Step, loop_arg, str_arg, tvm_loop
 from leir.transforms.parallelize import KIND_NAMES, concurrency_problem, kind_loops
 from leir.transforms.vectorize import GPU_LANES
@@ -282,6 +283,4 @@ def schedule(sch, ctx: Context, args: dict) -> None:
 
 def bind(program, block: str, loop: str, axis: str):
     """Apply a binding (see the module docstring) and return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(ID, {"block": block, "loop": loop, "axis": axis}))
+    return apply_transform(__name__, program, Step(ID, {"block": block, "loop": loop, "axis": axis}))

@@ -94,6 +94,7 @@ from __future__ import annotations
 from leir import affine
 from leir import ast as A
 from leir.semantics import EquationInfo
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import (
     BadStep,
     Candidate,
@@ -320,6 +321,4 @@ def schedule(sch, ctx: Context, args: dict) -> None:
 
 def cache_read(program, block: str, tensor: str, scope: str):
     """Apply a cache_read (see the module docstring) and return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(ID, {"block": block, "tensor": tensor, "scope": scope}))
+    return apply_transform(__name__, program, Step(ID, {"block": block, "tensor": tensor, "scope": scope}))

@@ -66,6 +66,7 @@ from __future__ import annotations
 from leir import affine
 from leir import ast as A
 from leir.semantics import EquationInfo
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import (
     Candidate,
     Context,
@@ -295,6 +296,4 @@ def schedule(sch, ctx: Context, args: dict) -> None:
 
 def cache_write(program, block: str, tensor: str, scope: str):
     """Apply a cache_write (see the module docstring) and return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(ID, {"block": block, "tensor": tensor, "scope": scope}))
+    return apply_transform(__name__, program, Step(ID, {"block": block, "tensor": tensor, "scope": scope}))

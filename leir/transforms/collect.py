@@ -86,4 +86,4 @@ candidates, check, rewrite = algebra.entry_points(SPEC)
 
 def collect(program, block: str):
     """Collect a shared factor in the value of ``block`` (see the module docstring)."""
-    return algebra.apply_step(SPEC, program, block)
+    return algebra.apply_step(__name__, program, block)

@@ -110,6 +110,7 @@ from dataclasses import dataclass, replace
 from leir import ast as A
 from leir.lower import equation_text
 from leir.semantics import EquationInfo
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, NotApplicable, StaleStep, Step, str_arg
 from leir.transforms.expression_splitting import (
     Occurrence,
@@ -244,12 +245,10 @@ def rewrite(ctx: Context, args: dict) -> A.Program:
 def common_subexpression_elimination(program, block: str, expr: str, also: str | None = None):
     """Compute ``expr`` of ``block`` (and of ``also``) once (see the module
     docstring) and return the new program."""
-    from leir.transforms import apply
-
     args = {"block": block, "expr": expr}
     if also is not None:
         args["also"] = also
-    return apply(program, Step(ID, args))
+    return apply_transform(__name__, program, Step(ID, args))
 
 
 # ------------------------------------------------------------------ legality

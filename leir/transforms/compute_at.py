@@ -104,6 +104,7 @@ from leir.transforms._producer_consumer import (
     disjoint_dims, encloses_refusal, eq_text, kernel_loop_refusal, region_misfit, relaxed_ranges,
     stage_pipeline_refusal, thread_relaxes, write_index_problem,
 )
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, tvm_loop
 
 ID = "compute_at"
@@ -189,9 +190,7 @@ def tidy(ctx: Context, args: dict, program: A.Program) -> A.Program:
 
 def compute_at(program, block: str, at: dict):
     """Apply a compute_at (see the module docstring) and return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(ID, {"block": block, "at": dict(at)}))
+    return apply_transform(__name__, program, Step(ID, {"block": block, "at": dict(at)}))
 
 
 # ------------------------------------------------------------- refusals

@@ -82,6 +82,7 @@ from __future__ import annotations
 from leir import ast as A
 from leir.semantics import EquationInfo
 from leir.transforms._producer_consumer import check_block, complete_refusal, dataflow, eq_text, stage_pipeline_refusal
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, NotApplicable, Step
 
 ID = "compute_inline"
@@ -138,9 +139,7 @@ def schedule(sch, ctx: Context, args: dict) -> None:
 
 def compute_inline(program, block: str):
     """Apply a compute_inline (see the module docstring) and return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(ID, {"block": block}))
+    return apply_transform(__name__, program, Step(ID, {"block": block}))
 
 
 def _refusal(ctx: Context, info: EquationInfo) -> NotApplicable | None:

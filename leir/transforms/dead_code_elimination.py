@@ -101,6 +101,7 @@ from dataclasses import replace
 from leir import ast as A
 from leir.lower import equation_text
 from leir.semantics import EquationInfo
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import BadStep, Candidate, Context, NotApplicable, StaleStep, Step, str_arg
 from leir.transforms.operator_fusion import order_conflict, touches
 
@@ -184,10 +185,8 @@ def rewrite(ctx: Context, args: dict) -> A.Program:
 def dead_code_elimination(program, tensor: str | None = None, block: str | None = None):
     """Remove the dead temporary ``tensor`` or the overwritten ``block``
     (see the module docstring) and return the new program."""
-    from leir.transforms import apply
-
     args = {"tensor": tensor} if tensor is not None else {"block": block}
-    return apply(program, Step(ID, args))
+    return apply_transform(__name__, program, Step(ID, args))
 
 
 # ------------------------------------------------------------------ legality

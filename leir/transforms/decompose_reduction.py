@@ -78,6 +78,7 @@ from leir import affine
 from leir import ast as A
 from leir.printer import print_expr
 from leir.semantics import EquationInfo
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, TvmRefused, loop_arg, tvm_loop
 from leir.transforms.rewrite import map_equation, substitute
 from leir.transforms.rfactor import reduction_block_refusal
@@ -195,11 +196,11 @@ def rewrite(ctx: Context, args: dict) -> A.Program:
     try:
         sch.decompose_reduction(args["block"], tvm_loop(sch, args["block"], args["loop"]))
     except Exception as e:
-        from leir.transforms import _raised_by_tvm, _schedule_error_message
+        from leir.transforms.applying import raised_by_tvm, schedule_error_message
 
-        if not _raised_by_tvm(e):
+        if not raised_by_tvm(e):
             raise
-        detail = _schedule_error_message(e)
+        detail = schedule_error_message(e)
         raise TvmRefused(f"TVM refused {ID}: {detail.splitlines()[0] if detail else 'schedule error'}", detail) from None
     after = raise_func(sch.mod["main"])
     units = tuple(_without_init_suffix(u, frozenset(), frozenset(d.name for d in after.decls))
@@ -238,6 +239,4 @@ def _substituted(nest: A.Nest, rename: dict[str, A.Expr]) -> A.Nest:
 
 def decompose_reduction(program, block: str, loop: str):
     """Apply a reduction decomposition (see the module docstring) and return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(ID, {"block": block, "loop": loop}))
+    return apply_transform(__name__, program, Step(ID, {"block": block, "loop": loop}))

@@ -95,4 +95,4 @@ candidates, check, rewrite = algebra.entry_points(SPEC)
 
 def expand_cancellation(program, block: str):
     """Split the fractions in the value of ``block`` (see the module docstring)."""
-    return algebra.apply_step(SPEC, program, block)
+    return algebra.apply_step(__name__, program, block)

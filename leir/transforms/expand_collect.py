@@ -87,4 +87,4 @@ candidates, check, rewrite = algebra.entry_points(SPEC)
 
 def expand_collect(program, block: str):
     """Distribute a factor in the value of ``block`` (see the module docstring)."""
-    return algebra.apply_step(SPEC, program, block)
+    return algebra.apply_step(__name__, program, block)

@@ -65,4 +65,4 @@ candidates, check, rewrite = algebra.entry_points(SPEC)
 
 def expand_factorization(program, block: str):
     """Expand the value of ``block`` (see the module docstring)."""
-    return algebra.apply_step(SPEC, program, block)
+    return algebra.apply_step(__name__, program, block)

@@ -100,4 +100,4 @@ candidates, check, rewrite = algebra.entry_points(SPEC)
 
 def expand_powsimp(program, block: str):
     """Split the powers in the value of ``block`` (see the module docstring)."""
-    return algebra.apply_step(SPEC, program, block)
+    return algebra.apply_step(__name__, program, block)

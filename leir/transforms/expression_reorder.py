@@ -70,6 +70,7 @@ from leir import affine
 from leir import ast as A
 from leir import value_types as VT
 from leir.semantics import EquationInfo
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, NotApplicable, StaleStep, Step, str_arg
 from leir.transforms.expression_splitting import _operand_side, _text, replace_at_path
 from leir.transforms.operator_fusion import replace_items
@@ -145,9 +146,7 @@ def rewrite(ctx: Context, args: dict) -> A.Program:
 def expression_reorder(program, block: str, expr: str, loop: str):
     """Group the operands of ``expr`` in ``block`` that do not depend on
     ``loop`` (see the module docstring); return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(ID, {"block": block, "expr": expr, "loop": loop}))
+    return apply_transform(__name__, program, Step(ID, {"block": block, "expr": expr, "loop": loop}))
 
 
 def _resolve(ctx: Context, args: dict) -> tuple[EquationInfo, Chain, A.Loop]:

@@ -83,8 +83,9 @@ from leir import value_types as VT
 from leir.lower import equation_text
 from leir.printer import print_expr
 from leir.semantics import EquationInfo
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import BadStep, Candidate, Context, NotApplicable, StaleStep, Step, str_arg
-from leir.transforms.operator_fusion import VECTOR_TEMPORARY_BUG, equations_under, replace_items
+from leir.transforms.operator_fusion import VECTOR_TEMPORARY_BUG, equations_under, places_of, replace_items
 from leir.transforms.rewrite import fresh_name, item_at, names_in
 
 ID = "expression_splitting"
@@ -173,12 +174,10 @@ def rewrite(ctx: Context, args: dict) -> A.Program:
 
 def expression_splitting(program, block: str, mode: str, expr: str | None = None):
     """Split ``block`` (see the module docstring) and return the new program."""
-    from leir.transforms import apply
-
     args = {"block": block, "mode": mode}
     if expr is not None:
         args["expr"] = expr
-    return apply(program, Step(ID, args))
+    return apply_transform(__name__, program, Step(ID, args))
 
 
 def _temporary_refusal(ctx: Context, info: EquationInfo, occ: "Occurrence") -> NotApplicable | None:
@@ -431,7 +430,7 @@ def placement(ctx: Context, info: EquationInfo, names: frozenset[str]) -> Placem
         return Placement(info, 0, tuple(equations_under(ctx, unit)), "unit", unit)
     last = loops[depth - 1]
     site = next(s for s in ctx.loop_sites if s.loop is last)
-    nest_path = ctx.nest_places[id(site.nest)].path
+    nest_path = places_of(ctx)[id(site.nest)].path
     if site.position == len(site.nest.loops) - 1:
         item = nest_path + (info.site.path[len(nest_path)],)
         return Placement(info, depth, tuple(equations_under(ctx, item)), "body", item)

@@ -61,4 +61,4 @@ candidates, check, rewrite = algebra.entry_points(SPEC)
 
 def factorization(program, block: str):
     """Factor the value of ``block`` (see the module docstring)."""
-    return algebra.apply_step(SPEC, program, block)
+    return algebra.apply_step(__name__, program, block)

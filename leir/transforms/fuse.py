@@ -51,6 +51,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from leir import ast as A
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, tvm_loop
 from leir.transforms.reorder import loop_pairs, nesting_refusal, pair_arg, pair_span
 from leir.transforms.rewrite import fresh_name, map_equation, substitute
@@ -197,6 +198,4 @@ def _rename_loop(nest: A.Nest, old: str, new: str) -> A.Nest:
 
 def fuse(program, block: str, loops: list[str]):
     """Apply a fusion (see the module docstring) and return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(ID, {"block": block, "loops": list(loops)}))
+    return apply_transform(__name__, program, Step(ID, {"block": block, "loops": list(loops)}))

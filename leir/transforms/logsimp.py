@@ -80,4 +80,4 @@ candidates, check, rewrite = algebra.entry_points(SPEC)
 
 def logsimp(program, block: str):
     """Combine the logarithms in the value of ``block`` (see the module docstring)."""
-    return algebra.apply_step(SPEC, program, block)
+    return algebra.apply_step(__name__, program, block)

@@ -173,4 +173,4 @@ def rewrite(ctx: Context, args: dict) -> A.Program:
 
 def online_softmax(program, block: str):
     """Apply the step (see the module docstring) and return the new program."""
-    return R.apply_step(ID, program, block)
+    return R.apply_step(__name__, program, block)

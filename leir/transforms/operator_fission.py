@@ -79,12 +79,14 @@ Example: the second equation reads what the first writes one iteration later
 from __future__ import annotations
 
 from leir import ast as A
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, loop_arg
 from leir.transforms.operator_fusion import (
     equations_under,
     fresh_loops,
     make_nest,
     order_conflict,
+    places_of,
     replace_items,
 )
 
@@ -105,7 +107,7 @@ class DependenceViolated(NotApplicable):
 def candidates(ctx: Context, at: int | None) -> list[Candidate]:
     out: list[Candidate] = []
     seen: set[tuple[int, int]] = set()
-    places = ctx.nest_places
+    places = places_of(ctx)
     for site in ctx.loops_at(at):
         key = (id(site.nest), site.position)
         if key in seen:
@@ -131,7 +133,7 @@ def _names(ctx: Context, path: tuple[int, ...], items) -> str:
 
 def _split_point(ctx: Context, site: LoopSite, block: str) -> int:
     info = ctx.equation_of_block(block)
-    path = ctx.nest_places[id(site.nest)].path
+    path = places_of(ctx)[id(site.nest)].path
     return info.site.path[len(path)]
 
 
@@ -144,7 +146,7 @@ def check(ctx: Context, args: dict) -> None:
 
 def _refusal(ctx: Context, site: LoopSite, k: int) -> NotApplicable | None:
     nest = site.nest
-    place = ctx.nest_places[id(nest)]
+    place = places_of(ctx)[id(nest)]
     if k == 0:
         first = equations_under(ctx, place.path + (0,))[0]
         name = ctx.block_names[first.index]
@@ -169,7 +171,7 @@ def rewrite(ctx: Context, args: dict) -> A.Program:
     site = loop_arg(ctx, args, ID)
     nest = site.nest
     k = _split_point(ctx, site, args["block"])
-    path = ctx.nest_places[id(nest)].path
+    path = places_of(ctx)[id(nest)].path
     p = site.position
     repeated = nest.loops[p:]
     if p == 0:
@@ -185,6 +187,4 @@ def rewrite(ctx: Context, args: dict) -> A.Program:
 def operator_fission(program, block: str, loop: str):
     """Split the nest holding ``loop`` before the item with ``block``,
     repeating the loops from ``loop`` inward (see the module docstring)."""
-    from leir.transforms import apply
-
-    return apply(program, Step(ID, {"block": block, "loop": loop}))
+    return apply_transform(__name__, program, Step(ID, {"block": block, "loop": loop}))

@@ -103,6 +103,7 @@ from leir import affine
 from leir import ast as A
 from leir.printer import print_expr
 from leir.semantics import EquationInfo
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, loop_arg
 from leir.transforms.rewrite import fresh_name, map_equation, names_in, substitute
 
@@ -137,7 +138,7 @@ class VectorizedTemporary(NotApplicable):
 
 def candidates(ctx: Context, at: int | None) -> list[Candidate]:
     wanted: list[tuple[A.Nest, int]] = []
-    places = ctx.nest_places
+    places = places_of(ctx)
     for site in ctx.loops_at(at):
         wanted.append((site.nest, site.position + 1))
         if at is not None:
@@ -173,7 +174,7 @@ def check(ctx: Context, args: dict) -> None:
 def _refusal(ctx: Context, site: LoopSite) -> NotApplicable | None:
     first = site.nest
     depth = site.position + 1
-    place = ctx.nest_places[id(first)]
+    place = places_of(ctx)[id(first)]
     second = sibling(ctx.program, place.path, 1)
     blocks = _blocks_text(ctx, place.path)
     if not isinstance(second, A.Nest) or not second.loops:
@@ -226,7 +227,7 @@ def rewrite(ctx: Context, args: dict) -> A.Program:
     site = loop_arg(ctx, args, ID)
     first = site.nest
     depth = site.position + 1
-    path = ctx.nest_places[id(first)].path
+    path = places_of(ctx)[id(first)].path
     second = sibling(ctx.program, path, 1)
     assert isinstance(second, A.Nest)
     fused = fuse_nests(ctx.program, first, second, depth)
@@ -268,9 +269,7 @@ def fuse_nests(program: A.Program, first: A.Nest, second: A.Nest, depth: int) ->
 def operator_fusion(program, block: str, loop: str):
     """Fuse the nest around ``block`` with the next one, over its loops down
     to ``loop`` (see the module docstring); return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(ID, {"block": block, "loop": loop}))
+    return apply_transform(__name__, program, Step(ID, {"block": block, "loop": loop}))
 
 
 def _site_of(ctx: Context, nest: A.Nest, position: int) -> LoopSite | None:
@@ -324,6 +323,11 @@ class NestPlace:
     path: tuple[int, ...]
     #: The loops of the nests around it, outermost first.
     outer: tuple[A.Loop, ...]
+
+
+def places_of(ctx: Context) -> dict[int, NestPlace]:
+    """``nest_places`` of the context's program, once per program."""
+    return ctx.memo("nest_places", lambda: nest_places(ctx.program))
 
 
 def nest_places(program: A.Program) -> dict[int, NestPlace]:

@@ -81,6 +81,7 @@ from leir import ast as A
 from leir.ast import Span
 from leir.printer import print_expr
 from leir.semantics import EquationInfo
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, loop_arg, tvm_loop
 
 ID = "parallelize"
@@ -443,6 +444,4 @@ def schedule(sch, ctx: Context, args: dict) -> None:
 
 def parallelize(program, block: str, loop: str):
     """Apply a parallelization (see the module docstring) and return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(ID, {"block": block, "loop": loop}))
+    return apply_transform(__name__, program, Step(ID, {"block": block, "loop": loop}))

@@ -127,6 +127,7 @@ from leir import ast as A
 from leir import value_types as VT
 from leir.printer import print_expr
 from leir.semantics import EquationInfo
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import BadStep, Candidate, Context, NotApplicable, StaleStep, Step
 from leir.transforms.rewrite import fresh_name, item_at, names_in, replace_at
 
@@ -243,9 +244,7 @@ def rewrite(ctx: Context, args: dict) -> A.Program:
 
 def precompute(program, block: str, expr: str):
     """Apply a precompute (see the module docstring) and return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(ID, {"block": block, "expr": expr}))
+    return apply_transform(__name__, program, Step(ID, {"block": block, "expr": expr}))
 
 
 # ------------------------------------------------------------- arguments

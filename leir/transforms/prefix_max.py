@@ -127,4 +127,4 @@ def prefix_max_items(build: R.Builder, mx: R.RowReduction) -> PrefixItems:
 
 def prefix_max(program, block: str):
     """Apply the step (see the module docstring) and return the new program."""
-    return R.apply_step(ID, program, block)
+    return R.apply_step(__name__, program, block)

@@ -137,4 +137,4 @@ def rewrite(ctx: Context, args: dict) -> A.Program:
 
 def prefix_sum_exp(program, block: str):
     """Apply the step (see the module docstring) and return the new program."""
-    return R.apply_step(ID, program, block)
+    return R.apply_step(__name__, program, block)

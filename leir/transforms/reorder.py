@@ -82,6 +82,7 @@ from dataclasses import dataclass
 from leir import affine
 from leir import ast as A
 from leir.semantics import EquationInfo
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import (
     BadStep,
     Candidate,
@@ -151,9 +152,7 @@ def schedule(sch, ctx: Context, args: dict) -> None:
 
 def reorder(program, block: str, loops: list[str]):
     """Apply a reorder (see the module docstring) and return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(ID, {"block": block, "loops": list(loops)}))
+    return apply_transform(__name__, program, Step(ID, {"block": block, "loops": list(loops)}))
 
 
 def _refusal(ctx: Context, outer: LoopSite, inner: LoopSite) -> NotApplicable | None:

@@ -103,6 +103,7 @@ from leir.transforms._producer_consumer import (
     disjoint_dims, encloses_refusal, eq_text, kernel_loop_refusal, region_misfit, stage_pipeline_refusal,
     write_index_problem,
 )
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, tvm_loop
 
 ID = "reverse_compute_at"
@@ -183,9 +184,7 @@ def tidy(ctx: Context, args: dict, program: A.Program) -> A.Program:
 
 def reverse_compute_at(program, block: str, at: dict):
     """Apply a reverse_compute_at (see the module docstring) and return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(ID, {"block": block, "at": dict(at)}))
+    return apply_transform(__name__, program, Step(ID, {"block": block, "at": dict(at)}))
 
 
 # ------------------------------------------------------------- refusals

@@ -67,6 +67,7 @@ from leir.semantics import EquationInfo
 from leir.transforms._producer_consumer import (
     access_text, check_block, complete_refusal, dataflow, eq_text, stage_pipeline_refusal, write_index_problem,
 )
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, NotApplicable, Step
 
 ID = "reverse_compute_inline"
@@ -144,9 +145,7 @@ def schedule(sch, ctx: Context, args: dict) -> None:
 
 def reverse_compute_inline(program, block: str):
     """Apply a reverse_compute_inline (see the module docstring) and return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(ID, {"block": block}))
+    return apply_transform(__name__, program, Step(ID, {"block": block}))
 
 
 def _computed_reads(ctx: Context, info: EquationInfo) -> list[str]:

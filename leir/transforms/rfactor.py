@@ -83,6 +83,7 @@ from leir import ast as A
 from leir import value_types as VT
 from leir.printer import print_expr
 from leir.semantics import EquationInfo
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import (
     BadStep,
     Candidate,
@@ -389,6 +390,4 @@ def schedule(sch, ctx: Context, args: dict) -> None:
 
 def rfactor(program, block: str, loop: str, factor_axis: int = 0):
     """Apply a reduction factorization (see the module docstring) and return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(ID, {"block": block, "loop": loop, "factor_axis": factor_axis}))
+    return apply_transform(__name__, program, Step(ID, {"block": block, "loop": loop, "factor_axis": factor_axis}))

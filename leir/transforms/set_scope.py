@@ -110,6 +110,7 @@ from dataclasses import replace
 from leir import affine
 from leir import ast as A
 from leir.semantics import EquationInfo
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import (
     Candidate,
     Context,
@@ -326,6 +327,4 @@ def rewrite(ctx: Context, args: dict) -> A.Program:
 
 def set_scope(program, tensor: str, scope: str):
     """Apply a set_scope (see the module docstring) and return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(ID, {"tensor": tensor, "scope": scope}))
+    return apply_transform(__name__, program, Step(ID, {"tensor": tensor, "scope": scope}))

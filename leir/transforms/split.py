@@ -44,6 +44,7 @@ Example: an imperfect split adds a guard
 
 from __future__ import annotations
 
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import (
     BadStep,
     Candidate,
@@ -152,6 +153,4 @@ def schedule(sch, ctx: Context, args: dict) -> None:
 
 def split(program, block: str, loop: str, factors: list[int]):
     """Apply a split (see the module docstring) and return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(ID, {"block": block, "loop": loop, "factors": list(factors)}))
+    return apply_transform(__name__, program, Step(ID, {"block": block, "loop": loop, "factors": list(factors)}))

@@ -46,6 +46,7 @@ Example: a padded shared tile is not expressible
 
 from __future__ import annotations
 
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import (
     BadStep,
     Candidate,
@@ -120,6 +121,4 @@ def schedule(sch, ctx: Context, args: dict) -> None:
 
 def storage_align(program, tensor: str, axis: int, factor: int, offset: int):
     """Apply a storage_align (see the module docstring) and return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(ID, {"tensor": tensor, "axis": axis, "factor": factor, "offset": offset}))
+    return apply_transform(__name__, program, Step(ID, {"tensor": tensor, "axis": axis, "factor": factor, "offset": offset}))

@@ -124,10 +124,12 @@ from leir import affine
 from leir import ast as A
 from leir.lower import equation_text
 from leir.semantics import EquationInfo
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, loop_arg
 from leir.transforms.operator_fusion import (
     equations_under,
     fresh_loops,
+    places_of,
     rename_vars,
     replace_items,
     sibling,
@@ -229,9 +231,7 @@ def rewrite(ctx: Context, args: dict) -> A.Program:
 def tensor_concat(program, block: str, loop: str):
     """Merge the operator ``block`` with the next one along ``loop`` (see
     the module docstring) and return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(ID, {"block": block, "loop": loop}))
+    return apply_transform(__name__, program, Step(ID, {"block": block, "loop": loop}))
 
 
 # ------------------------------------------------------------------ legality
@@ -251,7 +251,7 @@ def _chain(nest: A.Nest) -> tuple[tuple[A.Loop, ...], A.Equation] | None:
 
 def _plan(ctx: Context, site: LoopSite) -> tuple[Merge | None, NotApplicable | None]:
     loop = site.loop
-    place = ctx.nest_places[id(site.nest)]
+    place = places_of(ctx)[id(site.nest)]
     mine = equations_under(ctx, place.path)
     if len(mine) != 1:
         names = ", ".join(ctx.block_names[i.index] for i in mine)

@@ -95,8 +95,9 @@ from leir import affine
 from leir import ast as A
 from leir import value_types as VT
 from leir.semantics import EquationInfo
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, int_arg, loop_arg
-from leir.transforms.operator_fusion import fresh_loops, replace_items, touches
+from leir.transforms.operator_fusion import fresh_loops, places_of, replace_items, touches
 from leir.transforms.rewrite import map_equation, substitute
 
 ID = "tensor_split"
@@ -215,7 +216,7 @@ def rewrite(ctx: Context, args: dict) -> A.Program:
     nest = site.nest
     loop = site.loop
     info = ctx.analysis.equations[site.equations[0]]
-    path = ctx.nest_places[id(nest)].path
+    path = places_of(ctx)[id(nest)].path
     shift = {loop.var: A.Binary("+", A.Var(loop.var), A.Num(point, str(point)))}
 
     def halve(loops: tuple[A.Loop, ...], extent: int) -> tuple[A.Loop, ...]:
@@ -237,9 +238,7 @@ def rewrite(ctx: Context, args: dict) -> A.Program:
 def tensor_split(program, block: str, loop: str, at: int):
     """Split the operator ``block`` along ``loop`` at ``at`` (see the module
     docstring) and return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(ID, {"block": block, "loop": loop, "at": at}))
+    return apply_transform(__name__, program, Step(ID, {"block": block, "loop": loop, "at": at}))
 
 
 def _depth_inside(info: EquationInfo, nest: A.Nest) -> int:

@@ -76,6 +76,7 @@ Example: a parallel loop is tiled before it is annotated
 
 from __future__ import annotations
 
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import (
     BadStep,
     Candidate,
@@ -259,6 +260,4 @@ def schedule(sch, ctx: Context, args: dict) -> None:
 
 def tile(program, block: str, loops: list[str], sizes: list[int]):
     """Apply a tiling (see the module docstring) and return the new program."""
-    from leir.transforms import apply
-
-    return apply(program, Step(ID, {"block": block, "loops": list(loops), "sizes": list(sizes)}))
+    return apply_transform(__name__, program, Step(ID, {"block": block, "loops": list(loops), "sizes": list(sizes)}))

@@ -79,4 +79,4 @@ candidates, check, rewrite = algebra.entry_points(SPEC)
 
 def together(program, block: str):
     """Combine the fractions in the value of ``block`` (see the module docstring)."""
-    return algebra.apply_step(SPEC, program, block)
+    return algebra.apply_step(__name__, program, block)

@@ -83,6 +83,7 @@ Example: an input's layout is the caller's
 
 from __future__ import annotations
 
+from leir.transforms.applying import apply_transform
 from leir.transforms.base import (
     BadStep,
     Candidate,
@@ -190,9 +191,7 @@ def schedule(sch, ctx: Context, args: dict) -> None:
 
 def transform_layout(program, tensor: str, layout: str, tile: int | None = None):
     """Apply a transform_layout (see the module docstring) and return the new program."""
-    from leir.transforms import apply
-
     args = {"tensor": tensor, "layout": layout}
     if tile is not None:
         args["tile"] = tile
-    return apply(program, Step(ID, args))
+    return apply_transform(__name__, program, Step(ID, args))

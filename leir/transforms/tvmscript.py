@@ -694,16 +694,16 @@ def _scheduled(k: TVMScriptKernel, t, step: Step, args: dict):
     """The step's schedule primitives run on the user's own PrimFunc."""
     import tvm
 
-    from leir.transforms import _raised_by_tvm, _schedule_error_message
+    from leir.transforms.applying import raised_by_tvm, schedule_error_message
 
     names = {b: o.block for b, o in zip(k.ctx.block_names, k.origins) if o.block is not None}
     sch = tvm.s_tir.Schedule(k.func)
     try:
         t.schedule(_BlockNames(sch, names), k.ctx, args)
     except Exception as e:
-        if not _raised_by_tvm(e):
+        if not raised_by_tvm(e):
             raise
-        detail = _schedule_error_message(e)
+        detail = schedule_error_message(e)
         raise TvmRefused(f"TVM refused {step.id}: {detail.splitlines()[0] if detail else 'schedule error'}", detail) from None
     return sch.mod["main"]
 
@@ -788,7 +788,8 @@ def tvmscript_verify(text_before: str, text_after: str, kernel: str | None = Non
 
     Thread-bound loops run as serial loops on the CPU (as ``leir run``
     does), which the notes say."""
-    from leir.run import RunError, compare
+    from leir.comparison import compare
+    from leir.run import RunError
     from leir.transforms.verify import Verification
 
     before = load_kernel(text_before, kernel)

@@ -187,4 +187,4 @@ candidates, check, schedule = K.entry_points(
 
 def vectorize(program, block: str, loop: str):
     """Apply a vectorization (see the module docstring) and return the new program."""
-    return K.apply_step(ID, program, block, loop)
+    return K.apply_step(__name__, program, block, loop)

@@ -11,7 +11,7 @@ input's declaration) is verified on the whole program.
 Several seeds; one of them draws integer-valued inputs, on which sums and
 products are exact, so a reassociating step (split, rfactor) that is right
 matches exactly there and a wrong index shows up as a large error rather
-than hiding in rounding. Tolerances are Step-TP's (``leir.run.compare``).
+than hiding in rounding. Tolerances are Step-TP's (``leir.comparison.compare``).
 """
 
 from __future__ import annotations
