@@ -33,7 +33,7 @@ class Comparison:
 
 
 #: Step-TP's acceptance rule ("Their verification and filtering" in
-#: /work/shared/reference/step-tp.md): relative error <= 5e-3, or absolute
+#: the Step-TP paper): relative error <= 5e-3, or absolute
 #: error <= 1e-7 (1.5 for f16, 1e-3 for f32), or MSE <= 1e-5.
 RELATIVE_TOLERANCE = 5e-3
 MSE_TOLERANCE = 1e-5

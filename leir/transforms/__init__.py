@@ -77,7 +77,7 @@ from leir.transforms.applying import apply_transform, context_of
 from leir.transforms.verify import Verification, verify
 
 # Grouped as Step-TP groups them; loop and memory steps decide latency and
-# come first. Each group's helper adds its modules under its comment.
+# come first.
 ALL: tuple[ModuleType, ...] = (
     # --- loop
     split,

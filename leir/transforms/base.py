@@ -19,7 +19,7 @@ import math
 import threading
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Iterator
+from typing import Any
 
 from leir import ast as A
 from leir.ast import Span
@@ -342,10 +342,6 @@ class Context:
         from leir.lower import lower
 
         return lower(self.analysis, self.name)
-
-
-def iter_candidates(items) -> Iterator[Candidate]:
-    yield from items
 
 
 # ------------------------------------------------------------ arguments
