@@ -58,20 +58,14 @@ from typing import Callable, Iterable, Sequence
 
 from leir import ast as A
 from leir.errors import LeirError
-from leir.explain import access_strides  # noqa: F401  (the ranking's strides; also imported from here)
-from leir.semantics import Analysis, EquationInfo, analyze
+from leir.ranking import (  # noqa: F401  (the ranking is also imported from here)
+    SEARCHED, HeuristicRanker, Ranked, Ranker, access_strides, pick, rank, score_step,
+)
+from leir.semantics import Analysis, analyze
 
 STRATEGIES = ("greedy", "beam", "mcts")
 TARGETS = ("llvm", "cuda")
 
-#: Loop and memory transformations: the ones that change latency without
-#: changing the arithmetic. (Operator, algebraic and algorithmic rewrites
-#: change the computation itself; they are the user's call, not a search's.)
-SEARCHED = (
-    "split", "tile", "reorder", "fuse", "unroll", "parallelize", "vectorize", "bind", "rfactor",
-    "decompose_reduction", "cache_read", "cache_write", "set_scope", "transform_layout", "storage_align",
-    "compute_at", "reverse_compute_at", "compute_inline", "reverse_compute_inline", "precompute",
-)
 #: A step is an improvement only when it is at least this much faster:
 #: repeated timings of one program on this machine differ by about 1-2%.
 MIN_GAIN = 0.03
@@ -402,172 +396,6 @@ def _verify(state: State) -> bool:
     return state.verified
 
 
-# ------------------------------------------------------------ ranking
-
-
-@dataclass(frozen=True)
-class Ranked:
-    step: object  # leir.transforms.Step
-    title: str
-    score: float
-    #: Facts behind the score, one short clause each, for the reasoning.
-    facts: tuple[str, ...]
-
-
-def _strides_text(strides: dict[str, int | None]) -> str:
-    return ", ".join(f"{n.split('#')[0]} {'?' if s is None else s}" for n, s in strides.items())
-
-
-def _contiguous(strides: dict[str, int | None]) -> bool:
-    return bool(strides) and all(s in (0, 1) for s in strides.values()) and any(s == 1 for s in strides.values())
-
-
-def rank(analysis: Analysis, target: str = "llvm") -> list[Ranked]:
-    """Every searched candidate step with a heuristic score, best first."""
-    from leir import transforms
-    from leir.transforms.base import Context
-
-    ctx = Context.of(analysis)
-    only = tuple(i for i in SEARCHED if target == "cuda" or i != "bind")
-    ranked = []
-    for c in transforms.candidates(ctx, None, only=only):
-        try:
-            score, facts = score_step(ctx, c.step, target)
-        except LeirError:
-            score, facts = 1.0, ()
-        ranked.append(Ranked(c.step, c.title, score, facts))
-    ranked.sort(key=lambda r: -r.score)  # stable: ALL order among equals
-    return ranked
-
-
-def _innermost(ctx, site) -> bool:
-    # The loops that enclose another, once per program (was a scan of every
-    # loop per step scored: linear in the program on each listing).
-    outer = ctx.memo("outer_loops", lambda: {id(o) for s in ctx.loop_sites for o in s.outer})
-    return id(site.loop) not in outer
-
-
-def _iterations(info: EquationInfo) -> int:
-    return math.prod(l.extent for l in info.loops)
-
-
-def _share(ctx, step) -> float:
-    """The fraction of the program's loop iterations spent in the equations
-    the step's block or loop encloses (a step on a small nest matters less)."""
-    total = ctx.memo("total_iterations", lambda: sum(_iterations(i) for i in ctx.analysis.equations) or 1)
-    args = step.args
-    if "block" not in args:
-        return 1.0
-    if "loop" in args:
-        eqs = ctx.loop_site(args["block"], args["loop"]).equations
-        return sum(_iterations(ctx.analysis.equations[e]) for e in eqs) / total
-    return _iterations(ctx.equation_of_block(args["block"])) / total
-
-
-def score_step(ctx, step, target: str) -> tuple[float, tuple[str, ...]]:
-    """The heuristic score of ``step`` in ``ctx`` (a ``leir.transforms.Context``) for
-    ``target``, and the facts it was read from: what ``rank`` orders by."""
-    try:
-        share = _share(ctx, step)
-    except LeirError:
-        share = 1.0
-    score, facts = _base_score(ctx, step, target)
-    if share < 0.999:
-        facts = facts + (f"{share:.0%} of the program's loop iterations",)
-    return score * (0.3 + 0.7 * share), facts
-
-
-def _base_score(ctx, step, target: str) -> tuple[float, tuple[str, ...]]:
-    args, sid = step.args, step.id
-    cores = os.cpu_count() or 1
-    site = ctx.loop_site(args["block"], args["loop"]) if "loop" in args and "block" in args else None
-    info = ctx.equation_of_block(args["block"]) if "block" in args else None
-    if sid == "parallelize" and site is not None:
-        facts = (f"{site.loop.extent} iterations over {cores} cores",)
-        # An inner parallel loop starts its threads once per outer iteration.
-        return 100 - 40 * site.depth - (40 if site.loop.extent < cores else 0), facts
-    if sid == "bind":
-        return 90 - 5 * (site.depth if site else 0), ()
-    if sid == "vectorize" and site is not None and info is not None:
-        strides = access_strides(ctx.analysis, info, site.loop.var)
-        facts = (f"{site.loop.extent} lanes", f"strides along {site.loop.var}: {_strides_text(strides)}")
-        score = 90 if _contiguous(strides) else 25
-        if site.loop.extent > 64:
-            score -= 15  # LLVM splits a long vector loop anyway; a split first gives it a better width
-        if site.loop.extent % 4:
-            score -= 20
-        return score, facts
-    if sid == "reorder" and info is not None:
-        outer, inner = args["loops"]
-        inner_site = ctx.loop_site(args["block"], inner)
-        if _innermost(ctx, inner_site):
-            now = access_strides(ctx.analysis, info, inner)
-            then = access_strides(ctx.analysis, info, outer)
-            facts = (f"innermost {inner} has strides {_strides_text(now)}",
-                     f"{outer} would have {_strides_text(then)}")
-            if _contiguous(then) and not _contiguous(now):
-                return 85, facts
-            return 15, facts
-        return 20, ()
-    if sid == "split" and site is not None and info is not None:
-        inner = args["factors"][1]
-        exact = site.loop.extent % inner == 0
-        strides = access_strides(ctx.analysis, info, site.loop.var)
-        reduction = site.loop.var in info.reduce_axes
-        facts = (f"{site.loop.extent} iterations into {args['factors'][0]}x{inner}",)
-        score = 15.0
-        if _innermost(ctx, site) and _contiguous(strides) and inner in (8, 16, 32):
-            score, facts = 60.0, facts + (f"strides along {site.loop.var}: {_strides_text(strides)}",)
-        elif reduction and inner in (16, 32, 64):
-            score, facts = 40.0, facts + (f"{site.loop.var} is a reduction axis",)
-        elif inner in (8, 16, 32):
-            score = 30.0
-        return score - (30 if not exact else 0), facts
-    if sid == "tile" and info is not None:
-        # Tiling pays where a reduction re-reads data across the tiled loops.
-        sizes = args.get("sizes", [])
-        good = all(s in (8, 16, 32) for s in sizes) and bool(info.reduce_axes)
-        return (45.0 if good else 12.0), (f"{'x'.join(map(str, sizes))} tiles",)
-    if sid == "unroll" and site is not None:
-        if _innermost(ctx, site) and site.loop.extent <= 16:
-            return 30.0, (f"{site.loop.extent} iterations",)
-        return 5.0, ()
-    if sid in ("compute_at", "reverse_compute_at", "compute_inline", "reverse_compute_inline"):
-        return 35.0, ()
-    if sid == "cache_write":
-        return 25.0, ()
-    if sid == "fuse":
-        return 15.0, ()
-    return 8.0, ()
-
-
-def pick(ranked: list[Ranked], k: int, rng: random.Random, exclude: set[str] = frozenset()) -> list[Ranked]:
-    """The ``k`` best-ranked steps, at most one per (transformation, loop)
-    before a second of the same (so k picks are not six splits of one loop),
-    with the last pick drawn at random from the rest when k > 2."""
-    pool = [r for r in ranked if r.step.key not in exclude]
-    if k <= 0 or not pool:
-        return []
-    exploit = k - 1 if k > 2 else k
-    chosen, seen = [], set()
-    for r in pool:
-        where = (r.step.id, r.step.args.get("block"), r.step.args.get("loop"), str(r.step.args.get("loops")))
-        if where not in seen:
-            seen.add(where)
-            chosen.append(r)
-        if len(chosen) == exploit:
-            break
-    for r in pool:
-        if len(chosen) >= exploit:
-            break
-        if r not in chosen:
-            chosen.append(r)
-    rest = [r for r in pool if r not in chosen]
-    if len(chosen) < k and rest:
-        chosen.append(rng.choice(rest))
-    return chosen
-
-
 # ------------------------------------------------------------ the search
 
 
@@ -691,10 +519,12 @@ def _trajectory(final: State, target: str = "llvm") -> list[TrajectoryStep]:
 
 def optimize(analysis: Analysis, steps: int = 4, budget: int | None = None, strategy: str = "greedy",
              target: str = "llvm", measurer: Measurer | None = None, seed: int = 0, beam_width: int = 3,
-             iterations: int = 10, progress: Callable[[str], None] | None = None) -> Result:
+             iterations: int = 10, progress: Callable[[str], None] | None = None,
+             ranker: Ranker | None = None) -> Result:
     """Search for at most ``steps`` verified steps using at most ``budget``
     measurements (default 6 per step, the start included; a paired
-    confirmation counts ``CONFIRM_COST``)."""
+    confirmation counts ``CONFIRM_COST``), trying the steps in the order of
+    ``ranker`` (``leir.ranking``; the heuristic by default)."""
     if strategy not in STRATEGIES:
         raise OptimizeError(f"unknown strategy {strategy!r}: expected one of {', '.join(STRATEGIES)}")
     if target not in TARGETS:
@@ -723,11 +553,12 @@ def optimize(analysis: Analysis, steps: int = 4, budget: int | None = None, stra
         rng = random.Random(seed)
         final_check = None
         if strategy == "greedy":
-            best, reason = _greedy(start, steps, meter, rng, target)
+            best, reason = _greedy(start, steps, meter, rng, target, ranker=ranker)
         else:
             search = {"beam": _beam, "mcts": _mcts}[strategy]
             meter.limit -= CONFIRM_COST  # kept for the final confirmation
-            best, reason = search(start, steps, meter, rng, target, beam_width=beam_width, iterations=iterations)
+            best, reason = search(start, steps, meter, rng, target, beam_width=beam_width, iterations=iterations,
+                                  ranker=ranker)
             meter.limit += CONFIRM_COST
             best, reason, final_check = _confirm_final(start, best, meter, reason)
     finally:
@@ -744,7 +575,8 @@ def _per_round(meter: Budget, rounds_left: int, reserve: int = 0) -> int:
     return max(1, min(MAX_PER_ROUND, (meter.left - reserve) // max(1, rounds_left)))
 
 
-def _greedy(start: State, steps: int, meter: Budget, rng: random.Random, target: str, **_) -> tuple[State, str]:
+def _greedy(start: State, steps: int, meter: Budget, rng: random.Random, target: str, ranker: Ranker | None = None,
+            **_) -> tuple[State, str]:
     """Each round measures the next best-ranked untried steps of the current
     program; the fastest verified one that looks ``MIN_GAIN`` faster is
     re-timed against the current program turn about (``Budget.confirm``) and
@@ -758,7 +590,7 @@ def _greedy(start: State, steps: int, meter: Budget, rng: random.Random, target:
                    else "no measured candidate's gain held under paired re-timing")
         if meter.left < 1 + CONFIRM_COST:  # one candidate and its confirmation
             return current, "budget spent" if taken else f"budget spent; {nothing}"
-        picks = pick(rank(current.analysis, target), _per_round(meter, steps - taken, CONFIRM_COST), rng, tried)
+        picks = pick(rank(current.analysis, target, ranker), _per_round(meter, steps - taken, CONFIRM_COST), rng, tried)
         if not picks:
             return current, nothing if tried else "no candidate applies"
         tried.update(r.step.key for r in picks)
@@ -806,7 +638,7 @@ def _confirm_final(start: State, best: State, meter: Budget, reason: str) -> tup
 
 
 def _beam(start: State, steps: int, meter: Budget, rng: random.Random, target: str, beam_width: int = 3,
-          **_) -> tuple[State, str]:
+          ranker: Ranker | None = None, **_) -> tuple[State, str]:
     beam = [start]
     best = start
     seen = {start.key}
@@ -816,7 +648,7 @@ def _beam(start: State, steps: int, meter: Budget, rng: random.Random, target: s
         per_state = max(1, _per_round(meter, steps - n) // len(beam))
         children = []
         for s in beam:
-            for c, _ in _children(s, pick(rank(s.analysis, target), per_state, rng)):
+            for c, _ in _children(s, pick(rank(s.analysis, target, ranker), per_state, rng)):
                 if c.key not in seen:
                     seen.add(c.key)
                     children.append(c)
@@ -847,7 +679,7 @@ class _Node:
 
 
 def _mcts(start: State, steps: int, meter: Budget, rng: random.Random, target: str, iterations: int = 10,
-          **_) -> tuple[State, str]:
+          ranker: Ranker | None = None, **_) -> tuple[State, str]:
     root = _Node(start, 0)
     nodes = [root]
     per_expansion = max(1, min(MAX_PER_EXPANSION, meter.left // iterations))
@@ -858,7 +690,7 @@ def _mcts(start: State, steps: int, meter: Budget, rng: random.Random, target: s
         node, path = root, [root]
         while True:
             if node.untried is None:
-                node.untried = pick(rank(node.state.analysis, target), MAX_PER_ROUND, rng) if node.depth < steps else []
+                node.untried = pick(rank(node.state.analysis, target, ranker), MAX_PER_ROUND, rng) if node.depth < steps else []
             if node.untried or not node.children:
                 break
             node = max(node.children, key=lambda c: c.reward / c.visits

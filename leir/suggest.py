@@ -11,7 +11,7 @@ analysed in pure Python; a Python file's kernel is parsed by TVM and raised
 to LEIR (``leir.transforms.tvmscript.load_kernel``), which imports TVM but
 compiles nothing.
 
-**Rank.** A step's score is ``leir.optimize.rank``'s heuristic (loop
+**Rank.** A step's score is ``leir.ranking.rank``'s heuristic (loop
 extents, reduction axes, access strides, the share of the program's
 iterations the step touches); steps the search never takes (operator,
 algebraic, algorithmic rewrites) score 0 and keep the catalogue's order.
@@ -64,7 +64,7 @@ class Suggestion:
     span: Span | None
     #: The Python kernel the step belongs to; None in a ``.leir`` document.
     kernel: str | None
-    #: ``leir.optimize.rank``'s heuristic score (0 for steps it does not rank).
+    #: ``leir.ranking.rank``'s heuristic score (0 for steps it does not rank).
     score: float
     #: The computed facts behind the score, one short clause each.
     facts: tuple[str, ...]
@@ -273,9 +273,10 @@ def tvmscript_namespace(kernel: str) -> str:
 
 def suggest(text: str, language: str, at: int | None = None, *, kernel: str | None = None, target: str = "llvm",
             measured: MeasuredLookup | None = None, limit: int | None = None, document=None,
-            only: tuple[str, ...] | None = None) -> list[Suggestion]:
+            only: tuple[str, ...] | None = None, ranker=None) -> list[Suggestion]:
     """The steps that apply at character offset ``at`` of a document
-    (everywhere when None), best first (see the module docstring).
+    (everywhere when None), best first (see the module docstring), scored
+    by ``ranker`` (a ``leir.ranking.Ranker``; the heuristic by default).
     ``language`` is "leir" or "tvmscript"; ``document``, the
     ``leir.document.LeirDocument`` of ``text`` when the caller has it;
     ``only``, the transformation ids to consider (all by default). A
@@ -286,9 +287,9 @@ def suggest(text: str, language: str, at: int | None = None, *, kernel: str | No
     try:
         if language == "leir":
             found = _leir_suggestions(document if document is not None else _document(text), at, target, measured,
-                                      only)
+                                      only, ranker)
         else:
-            found = _tvmscript_suggestions(text, at, kernel, target, measured, only)
+            found = _tvmscript_suggestions(text, at, kernel, target, measured, only, ranker)
     except TransformError:
         return []
     found = order(found)
@@ -334,32 +335,23 @@ def kernel_at(text: str, kernel: str | None = None, at: int | None = None):
         return _kernel(text, None, at)
 
 
-def _scores(ctx, steps, target: str) -> dict[str, tuple[float, tuple[str, ...]]]:
-    """``leir.optimize.rank``'s score and facts of each of ``steps`` (the ones
-    at the cursor: ranking every step of a large program would take seconds);
-    steps the search never takes score 0."""
-    from leir.optimize import SEARCHED, score_step
+def _scores(ctx, steps, target: str, ranker=None) -> dict[str, tuple[float, tuple[str, ...]]]:
+    """The score and facts ``ranker`` (``leir.ranking``, the heuristic by
+    default) gives each of ``steps`` (the ones at the cursor: ranking every
+    step of a large program would take seconds); steps the search never
+    takes score 0."""
+    from leir.ranking import HEURISTIC, SEARCHED
 
-    # rank() knows "llvm" and "cuda"; an RPC device runs one of them.
+    # The ranking knows "llvm" and "cuda"; an RPC device runs one of them.
     kind = "cuda" if "cuda" in target else "llvm"
     searched = {i for i in SEARCHED if kind == "cuda" or i != "bind"}
-    from leir.cancel import checkpoint
-
-    out: dict[str, tuple[float, tuple[str, ...]]] = {}
-    for step in steps:
-        checkpoint()
-        if step.id not in searched:
-            out[step.key] = (0.0, ())
-            continue
-        try:
-            out[step.key] = score_step(ctx, step, kind)
-        except LeirError:
-            out[step.key] = (1.0, ())  # as rank() scores a step it cannot reason about
-    return out
+    ranked = [step for step in steps if step.id in searched]
+    scores = dict(zip((step.key for step in ranked), (ranker or HEURISTIC).score(ctx, ranked, kind)))
+    return {step.key: scores.get(step.key, (0.0, ())) for step in steps}
 
 
 def _leir_suggestions(doc, at: int | None, target: str, measured: MeasuredLookup | None,
-                      only: tuple[str, ...] | None = None) -> list[Suggestion]:
+                      only: tuple[str, ...] | None = None, ranker=None) -> list[Suggestion]:
     from leir import transforms
     from leir.transforms.base import Context
 
@@ -370,7 +362,7 @@ def _leir_suggestions(doc, at: int | None, target: str, measured: MeasuredLookup
     candidates = transforms.candidates(ctx, at, only=only)
     if not candidates:
         return []
-    scores = _scores(ctx, [c.step for c in candidates], target)
+    scores = _scores(ctx, [c.step for c in candidates], target, ranker)
     before = measured.measured(analysis) if measured is not None else None
     digest = program_digest(analysis) if before is not None else None
     out = []
@@ -382,7 +374,8 @@ def _leir_suggestions(doc, at: int | None, target: str, measured: MeasuredLookup
 
 
 def _tvmscript_suggestions(text: str, at: int | None, kernel: str | None, target: str,
-                           measured: MeasuredLookup | None, only: tuple[str, ...] | None = None) -> list[Suggestion]:
+                           measured: MeasuredLookup | None, only: tuple[str, ...] | None = None,
+                           ranker=None) -> list[Suggestion]:
     from leir import transforms
     from leir.transforms.tvmscript import retitle
 
@@ -399,7 +392,7 @@ def _tvmscript_suggestions(text: str, at: int | None, kernel: str | None, target
         found = sorted(seen.values(), key=lambda c: order[c.step.id])
     if not found:
         return []
-    scores = _scores(ctx, [c.step for c in found], target)
+    scores = _scores(ctx, [c.step for c in found], target, ranker)
     before = measured.measured(ctx.analysis) if measured is not None else None
     digest = program_digest(ctx.analysis) if before is not None else None
     out = []

@@ -86,7 +86,7 @@ def hover_markdown(server, snapshot, offset: int) -> str | None:
             if text:
                 parts.append(text)
                 break
-    from leir.optimize import SEARCHED
+    from leir.ranking import SEARCHED
 
     # Hover explains the loop and memory steps that act on what is under the
     # cursor (the ones that change latency; the menu offers the rest too).

@@ -75,7 +75,7 @@ def test_suggestions_on_a_loop_header_act_on_that_loop_best_first():
 
 
 def test_scores_at_the_cursor_are_rank_scores(examples_dir):
-    from leir.optimize import rank
+    from leir.ranking import rank
 
     compared = 0
     for path in sorted(examples_dir.glob("*.leir")):

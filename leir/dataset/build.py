@@ -4,11 +4,11 @@ For each workload file and each of its checked shape variants (``variants``),
 ``trajectories`` trajectories of at most ``steps`` steps each. At each state:
 
 1. list the legal candidates: the searched loop and memory steps ranked by
-   ``leir.optimize.rank`` (a heuristic read off the program: strides,
+   ``leir.ranking.rank`` (a heuristic read off the program: strides,
    extents, reduction axes), and every other transformation's candidates
    (``leir.transforms.candidates``: operator, algebraic, algorithmic);
 2. pick ``budget`` of them with a seeded mix: the best-ranked ones
-   (``leir.optimize.pick``: at most one per transformation and loop first)
+   (``leir.ranking.pick``: at most one per transformation and loop first)
    and about a third drawn at random from all the rest, so the data holds
    steps the heuristic would not try; apply them (steps TVM or our checks
    refuse are replaced by the next draw);
@@ -400,7 +400,7 @@ def _picks(analysis, budget: int, target: str, rng: random.Random) -> list:
     budget drawn at random from the rest, then the rest in a random order
     (to replace refused steps)."""
     from leir import transforms
-    from leir.optimize import SEARCHED, pick, rank
+    from leir.ranking import SEARCHED, pick, rank
 
     ranked = rank(analysis, target)
     others = [c.step for c in transforms.candidates(analysis, None, only=tuple(t.ID for t in transforms.ALL
