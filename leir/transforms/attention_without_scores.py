@@ -109,7 +109,7 @@ from leir import ast as A
 from leir.semantics import EquationInfo
 from leir.transforms import _rows as R
 from leir.transforms.base import Candidate, Context
-from leir.transforms.online_softmax import RunningRow
+from leir.transforms.lib.row_steps import RunningRow
 
 ID = "attention_without_scores"
 TITLE = "One-pass attention"

@@ -112,7 +112,7 @@ from leir.lower import equation_text
 from leir.semantics import EquationInfo
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, NotApplicable, StaleStep, Step, str_arg
-from leir.transforms.expression_splitting import (
+from leir.transforms.lib.expressions import (
     Occurrence,
     Placement,
     new_temporary,
@@ -120,7 +120,7 @@ from leir.transforms.expression_splitting import (
     replace_at_path,
     subexpressions,
 )
-from leir.transforms.operator_fusion import VECTOR_TEMPORARY_BUG, replace_items
+from leir.transforms.lib.nests import VECTOR_TEMPORARY_BUG, replace_items
 from leir.transforms.rewrite import map_expr
 
 ID = "common_subexpression_elimination"

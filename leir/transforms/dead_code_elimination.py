@@ -103,7 +103,7 @@ from leir.lower import equation_text
 from leir.semantics import EquationInfo
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import BadStep, Candidate, Context, NotApplicable, StaleStep, Step, str_arg
-from leir.transforms.operator_fusion import order_conflict, touches
+from leir.transforms.lib.dependence import order_conflict, touches
 
 ID = "dead_code_elimination"
 TITLE = "Eliminate dead code"

@@ -72,8 +72,8 @@ from leir import value_types as VT
 from leir.semantics import EquationInfo
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, NotApplicable, StaleStep, Step, str_arg
-from leir.transforms.expression_splitting import _operand_side, _text, replace_at_path
-from leir.transforms.operator_fusion import replace_items
+from leir.transforms.lib.expressions import expr_text, operand_side, replace_at_path
+from leir.transforms.lib.nests import replace_items
 
 ID = "expression_reorder"
 TITLE = "Reorder expression"
@@ -124,7 +124,7 @@ def candidates(ctx: Context, at: int | None) -> list[Candidate]:
                     loops_of.setdefault(regrouped, []).append(loop.var)
             for regrouped, names in loops_of.items():
                 shown = ", ".join(reversed(names))
-                title = f"Group the operands invariant in {shown}: {_text(regrouped)}"
+                title = f"Group the operands invariant in {shown}: {expr_text(regrouped)}"
                 out.append(Candidate(Step(ID, {"block": block, "expr": chain.text, "loop": names[0]}), title,
                                      chain.node.span or info.equation.span))
     return out
@@ -156,7 +156,7 @@ def _resolve(ctx: Context, args: dict) -> tuple[EquationInfo, Chain, A.Loop]:
     chain = next((c for c in chains(ctx, info) if c.text == text), None)
     if chain is None:
         raise StaleStep(f"{name} has no sum or product {text}",
-                        f"the right-hand side of {name} is {_text(info.equation.rhs)}", info.equation.span)
+                        f"the right-hand side of {name} is {expr_text(info.equation.rhs)}", info.equation.span)
     var = str_arg(args, "loop", ID)
     loop = next((l for l in info.loops if l.var == var), None)
     if loop is None:
@@ -175,7 +175,7 @@ def chains(ctx: Context, info: EquationInfo) -> list[Chain]:
     if dtype == "bool":
         return []
     if info.combiner is not None and info.kind in ("reduce", "update"):
-        side = _operand_side(eq)
+        side = operand_side(eq)
         if side is None:
             return []
         root, path = side[1], (side[0],)
@@ -186,7 +186,7 @@ def chains(ctx: Context, info: EquationInfo) -> list[Chain]:
         terms = tuple(_flatten(node, family, node_dtype, 1))
         if any(affine.index_vars(t) and VT.is_index_expr(t) for t, _ in terms):
             continue  # a loop variable as a value: regrouping could turn float arithmetic into integer arithmetic
-        out.append(Chain(node, node_path, family, terms, _text(node)))
+        out.append(Chain(node, node_path, family, terms, expr_text(node)))
     return out
 
 
@@ -244,7 +244,7 @@ def _regrouped(chain: Chain, loop: A.Loop) -> tuple[A.Expr | None, NotApplicable
                                   f"all {what} of {chain.text} are the same at every iteration of loop {loop.var}: "
                                   f"the whole expression is already one invariant group", chain.node.span)
     if len(invariant) < 2:
-        names = ", ".join(_text(t) for t, _ in invariant) or "none"
+        names = ", ".join(expr_text(t) for t, _ in invariant) or "none"
         return None, TooFewInvariant(f"fewer than two {what} of {chain.text} are invariant in {loop.var}",
                                      f"grouping needs at least two {what} that do not depend on loop {loop.var}; "
                                      f"{chain.text} has {names}", chain.node.span)

@@ -80,11 +80,10 @@ Example: the max and the sum over different loops are refused
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from leir import ast as A
 from leir.transforms import _rows as R
 from leir.transforms.base import Candidate, Context
+from leir.transforms.lib.row_steps import RunningRow
 
 ID = "online_softmax"
 TITLE = "Online softmax"
@@ -113,45 +112,6 @@ def candidates(ctx: Context, at: int | None) -> list[Candidate]:
 
 def check(ctx: Context, args: dict) -> None:
     R.check(ctx, args, ID, match, ERRORS)
-
-
-class RunningRow:
-    """The running maximum and sum of one row, as equations: ``init``
-    before the reduction loop, ``step(...)`` inside it."""
-
-    def __init__(self, build: R.Builder, sm: R.Softmax):
-        mx = sm.max
-        self.build, self.sm = build, sm
-        shape = build.ctx.analysis.tensors[mx.tensor].shape
-        self.new_max = build.temporary(f"{mx.tensor}_new", mx.tensor, shape)
-        index = tuple(mx.lhs.indices or ())
-        self.m = build.access(mx.tensor, index)
-        self.m_new = build.access(self.new_max, index)
-        self.z = build.access(sm.sum.tensor, sm.sum_index)
-
-    def init(self) -> list[A.Equation]:
-        z_dtype = self.build.ctx.analysis.tensors[self.sm.sum.tensor].dtype
-        return [
-            replace(R.equation(self.m, R.neg_inf()), comments=self.sm.max.equation.comments),
-            replace(R.equation(self.z, R.zero(z_dtype)), comments=self.sm.sum.equation.comments),
-        ]
-
-    def rescale(self) -> A.Expr:
-        """``exp(M - M_new)``: what the running values are multiplied by."""
-        return R.call("exp", R.binary("-", self.m, self.m_new))
-
-    def weight(self, score: A.Expr) -> A.Expr:
-        """``exp(x - M_new)``: the weight of the current element."""
-        return R.call("exp", R.binary("-", score, self.m_new))
-
-    def new_maximum(self, score: A.Expr) -> A.Equation:
-        return R.equation(self.m_new, R.call("max", self.m, score))
-
-    def new_sum(self, score: A.Expr) -> A.Equation:
-        return R.equation(self.z, R.binary("+", R.binary("*", self.z, self.rescale()), self.weight(score)))
-
-    def advance(self) -> A.Equation:
-        return R.equation(self.m, self.m_new)
 
 
 def rewrite(ctx: Context, args: dict) -> A.Program:

@@ -81,14 +81,8 @@ from __future__ import annotations
 from leir import ast as A
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, loop_arg
-from leir.transforms.operator_fusion import (
-    equations_under,
-    fresh_loops,
-    make_nest,
-    order_conflict,
-    places_of,
-    replace_items,
-)
+from leir.transforms.lib.dependence import order_conflict
+from leir.transforms.lib.nests import equations_under, fresh_loops, make_nest, places_of, replace_items
 
 ID = "operator_fission"
 TITLE = "Split operators into separate nests"

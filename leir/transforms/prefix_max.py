@@ -51,12 +51,11 @@ Example: a max over two loops is refused
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from leir import ast as A
 from leir.semantics import EquationInfo
 from leir.transforms import _rows as R
 from leir.transforms.base import Candidate, Context
+from leir.transforms.lib.row_steps import PrefixItems, prefix_max_items  # noqa: F401 - also here, where callers found them
 
 ID = "prefix_max"
 TITLE = "Running maximum"
@@ -99,30 +98,6 @@ def rewrite(ctx: Context, args: dict) -> A.Program:
     scan = A.Nest(mx.chain, items.scan, end_comments=original.end_comments)
     program = R.replace_group(ctx.program, mx.parent, [mx.position], (scan,) + R.nest(R.copies(mx.rows), items.final))
     return build.program(program)
-
-
-class PrefixItems:
-    """The equations of a prefix computation: ``scan`` runs in the
-    reduction's loops, ``final`` in its row loops."""
-
-    def __init__(self, scan: list[A.Equation], final: list[A.Equation], name: str):
-        self.scan, self.final, self.name = scan, final, name
-
-
-def prefix_max_items(build: R.Builder, mx: R.RowReduction) -> PrefixItems:
-    """``P = x where j == 0; P = max(P_{j-1}, x) where j > 0`` and
-    ``M = P_{last}``."""
-    t = build.ctx.analysis.tensors[mx.tensor]
-    j, extent = mx.axis.var, mx.axis.extent
-    name = build.temporary(f"{mx.tensor}_prefix", mx.tensor, t.shape + (extent,))
-    index = tuple(mx.lhs.indices or ())
-    here = build.access(name, index + (R.var(j),))
-    before = build.access(name, index + (R.binary("-", R.var(j), R.num(1)),))
-    x = mx.info.operand
-    first = replace(R.equation(here, x, R.binary("==", R.var(j), R.num(0))), comments=mx.equation.comments)
-    rest = R.equation(here, R.call("max", before, x), R.binary(">", R.var(j), R.num(0)))
-    final = R.equation(build.access(mx.tensor, index), build.access(name, index + (R.num(extent - 1),)))
-    return PrefixItems([first, rest], [final], name)
 
 
 def prefix_max(program, block: str):

@@ -79,7 +79,7 @@ from leir import ast as A
 from leir.semantics import EquationInfo
 from leir.transforms import _rows as R
 from leir.transforms.base import Candidate, Context
-from leir.transforms.prefix_max import prefix_max_items
+from leir.transforms.lib.row_steps import prefix_max_items
 
 ID = "prefix_sum_exp"
 TITLE = "Running sum of exponentials"

@@ -126,17 +126,10 @@ from leir.lower import equation_text
 from leir.semantics import EquationInfo
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, loop_arg
-from leir.transforms.operator_fusion import (
-    equations_under,
-    fresh_loops,
-    places_of,
-    rename_vars,
-    replace_items,
-    sibling,
-    touches,
-)
+from leir.transforms.lib.combiners import init_value
+from leir.transforms.lib.dependence import touches
+from leir.transforms.lib.nests import equations_under, fresh_loops, places_of, rename_vars, replace_items, sibling
 from leir.transforms.rewrite import fresh_name, map_equation, names_in, substitute
-from leir.transforms.tensor_split import _init_value
 
 ID = "tensor_concat"
 TITLE = "Concatenate operators"
@@ -327,7 +320,7 @@ def _range_refusal(ctx, site, first, second, renamed: A.Equation, init, rest: in
                                         f"of a reduction loop around the nests, which one merged reduction would not do",
                                         init.loops[0].span if init.loops else None)
         chain = _chain(init)
-        value = _init_value(ctx, first)
+        value = init_value(ctx, first)
         target = expected.lhs
         inner = [l for l in first.loops if l.var in first.spatial and any(l is m for m in _chain(site.nest)[0])]
         renamed_init = rename_vars(chain[1], {b.var: a.var for a, b in zip(inner, chain[0])})

@@ -93,11 +93,12 @@ from dataclasses import replace
 
 from leir import affine
 from leir import ast as A
-from leir import value_types as VT
 from leir.semantics import EquationInfo
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, int_arg, loop_arg
-from leir.transforms.operator_fusion import fresh_loops, places_of, replace_items, touches
+from leir.transforms.lib.combiners import init_value as _init_value
+from leir.transforms.lib.dependence import touches
+from leir.transforms.lib.nests import fresh_loops, places_of, replace_items
 from leir.transforms.rewrite import map_equation, substitute
 
 ID = "tensor_split"
@@ -251,22 +252,6 @@ def _shifted(item: A.Item, shift: dict[str, A.Expr]) -> A.Item:
     if isinstance(item, A.Equation):
         return map_equation(item, lambda e: substitute(e, shift))
     return replace(item, body=tuple(_shifted(b, shift) for b in item.body))
-
-
-def _init_value(ctx: Context, info: EquationInfo) -> A.Expr | None:
-    """The combiner's identity as a literal of the tensor's dtype."""
-    dtype = ctx.analysis.tensors[info.equation.lhs.tensor].dtype
-    floating = VT.is_float_dtype(dtype)
-    if dtype == "bool":
-        return None
-    if info.combiner == "sum":
-        return A.Num(0.0, "0.0") if floating else A.Num(0, "0")
-    if info.combiner == "prod":
-        return A.Num(1.0, "1.0") if floating else A.Num(1, "1")
-    if not floating:
-        return None
-    inf = A.Num(float("inf"), "inf")
-    return A.Unary("-", inf) if info.combiner == "max" else inf
 
 
 def _access(a: A.Access) -> str:
