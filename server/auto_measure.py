@@ -31,10 +31,7 @@ PRIORITY = -10
 
 
 def _tasks(server) -> dict[str, asyncio.Task]:
-    found = getattr(server, "_leir_auto_measure", None)
-    if found is None:
-        found = server._leir_auto_measure = {}
-    return found
+    return server.session.auto_measures
 
 
 def cancel(server, uri: str) -> None:

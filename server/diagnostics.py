@@ -52,13 +52,11 @@ _SEVERITY = {
     "hint": types.DiagnosticSeverity.Hint,
 }
 
-_executors: dict[str, ThreadPoolExecutor] = {}
-
-
-def _executor(language: str) -> ThreadPoolExecutor:
-    if language not in _executors:
-        _executors[language] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"leir-check-{language}")
-    return _executors[language]
+def _executor(server: "LeirServer", language: str) -> ThreadPoolExecutor:
+    threads = server.session.check_threads
+    if language not in threads:
+        threads[language] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"leir-check-{language}")
+    return threads[language]
 
 
 def schedule(server: "LeirServer", uri: str, delay: float = DEBOUNCE_S) -> None:
@@ -99,7 +97,7 @@ async def _check_and_publish(server: "LeirServer", uri: str, delay: float) -> No
         if snapshot is None:
             return
         loop = asyncio.get_running_loop()
-        diagnostics = await loop.run_in_executor(_executor(snapshot.language), _checked, server, snapshot)
+        diagnostics = await loop.run_in_executor(_executor(server, snapshot.language), _checked, server, snapshot)
         if diagnostics is None or not session.is_current(uri, snapshot.version):
             return  # a newer version is on its way
         session.published[uri] = (snapshot.version, diagnostics)

@@ -187,7 +187,7 @@ class LeirServer(LanguageServer):
             self._stop_event.set()
         if self._thread_pool is not None:
             self._thread_pool.shutdown(wait=False, cancel_futures=True)
-        workers = getattr(self, "_leir_workers", None)
+        workers = self.session.workers
         if workers is not None and not self.protocol.shutdown_received:
             try:
                 workers.close()

@@ -333,6 +333,18 @@ class Session:
     published: dict[str, tuple[int | None, list[types.Diagnostic]]] = field(default_factory=dict)
     #: uri -> the pending (debounced) check and publish of that document.
     checks: dict[str, Any] = field(default_factory=dict)
+    #: language -> the one thread that checks documents of that language
+    #: (``leir_server.diagnostics``), created on first use.
+    check_threads: dict[str, Any] = field(default_factory=dict)
+    #: uri -> the running ``autoMeasure`` task of that document
+    #: (``leir_server.auto_measure``).
+    auto_measures: dict[str, Any] = field(default_factory=dict)
+    #: uri -> trajectory entries waiting for the document to read a given
+    #: text (``leir_server.trajectory.expect``).
+    expected: dict[str, list] = field(default_factory=dict)
+    #: The job processes and the measurement engine
+    #: (``leir_server.workers.Workers``), created on first use.
+    workers: Any = None
     _snapshots: dict[str, DocumentSnapshot] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

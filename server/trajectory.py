@@ -27,10 +27,7 @@ class Expected:
 
 
 def _expected(server) -> dict[str, list[Expected]]:
-    found = getattr(server, "_leir_expected", None)
-    if found is None:
-        found = server._leir_expected = {}
-    return found
+    return server.session.expected
 
 
 def expect(server, uri: str, text: str, kernel: str | None, entries: list[dict]) -> None:

@@ -260,10 +260,10 @@ def require_budget(server, analysis, what: str, refusal: str) -> None:
 
 def workers_of(server) -> Workers:
     """The server's ``Workers``, created on first use."""
-    workers = getattr(server, "_leir_workers", None)
-    if workers is None:
-        workers = server._leir_workers = Workers(server)
-    return workers
+    session = server.session
+    if session.workers is None:
+        session.workers = Workers(server)
+    return session.workers
 
 
 # ------------------------------------------------------------ optimize
