@@ -3,7 +3,8 @@ transformation step built from them.
 
 Modules: ``facts`` (strides, footprints, working sets, loop and access
 facts), ``machine`` (caches, vectors, cores), ``reasoning`` (one step's
-sentences, ``predicted_after``), ``markdown`` (hover text). Import from the
+sentences), ``prediction`` (``predicted_after``: the program a simple step
+makes, without TVM), ``markdown`` (hover text). Import from the
 package.
 
 Everything here is computed from the syntax tree and the semantic analysis
@@ -82,7 +83,8 @@ from leir.explain.facts import (
 )
 from leir.explain.machine import Machine
 from leir.explain.markdown import describe_access, describe_loop, describe_step
-from leir.explain.reasoning import NOISE, Reasoning, predicted_after, step_reasoning
+from leir.explain.prediction import predicted_after
+from leir.explain.reasoning import NOISE, Reasoning, step_reasoning
 
 __all__ = [
     "NOISE", "AccessFacts", "AccessStride", "LoopAccess", "LoopFacts", "Machine", "Reasoning", "Refusal",

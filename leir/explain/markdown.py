@@ -8,7 +8,8 @@ from leir import ast as A
 from leir.semantics import Analysis
 from leir.explain.facts import LINE_BYTES, access_facts, human_bytes, human_count, loop_facts
 from leir.explain.machine import Machine
-from leir.explain.reasoning import _Writer, _level, _measured, _stride_word, predicted_after, step_reasoning
+from leir.explain.prediction import predicted_after
+from leir.explain.reasoning import _Writer, _level, _measured, _stride_word, step_reasoning
 
 
 def _code(s: str) -> str:
