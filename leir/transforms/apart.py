@@ -48,6 +48,7 @@ from leir.transforms import algebra
 from leir.transforms.base import NotApplicable
 
 ID = "apart"
+GROUP = "algebraic"
 TITLE = "Partial fractions"
 STEPTP = "apart"
 

@@ -112,6 +112,7 @@ from leir.transforms.base import Candidate, Context
 from leir.transforms.lib.row_steps import RunningRow
 
 ID = "attention_without_scores"
+GROUP = "algorithmic"
 TITLE = "One-pass attention"
 #: The Step-TP strategy this is (dataset exports use it).
 STEPTP = "flashattention_wo_tiling"

@@ -57,6 +57,7 @@ from leir.transforms import algebra
 from leir.transforms.base import NotApplicable
 
 ID = "cancellation"
+GROUP = "algebraic"
 TITLE = "Cancel common factors"
 STEPTP = "cancellation"
 

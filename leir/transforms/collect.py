@@ -47,6 +47,7 @@ from __future__ import annotations
 from leir.transforms import algebra
 
 ID = "collect"
+GROUP = "algebraic"
 TITLE = "Collect a common factor"
 STEPTP = "collect"
 

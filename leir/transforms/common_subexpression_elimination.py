@@ -124,6 +124,7 @@ from leir.transforms.lib.nests import VECTOR_TEMPORARY_BUG, replace_items
 from leir.transforms.rewrite import map_expr
 
 ID = "common_subexpression_elimination"
+GROUP = "operator"
 TITLE = "Eliminate common subexpression"
 #: The Step-TP strategy this is (dataset exports use it).
 STEPTP = "common_subexpression_elimination"

@@ -108,6 +108,7 @@ from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, tvm_loop
 
 ID = "compute_at"
+GROUP = "memory"
 TITLE = "Compute at loop"
 #: Step-TP has no strategy for this; TVM's primitive names it. (Step-TP's
 #: closest, operator_fusion, is the nest fusion of ``operator_fusion``.)

@@ -86,6 +86,7 @@ from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, NotApplicable, Step
 
 ID = "compute_inline"
+GROUP = "memory"
 TITLE = "Inline a computation"
 STEPTP = "compute_inline"
 

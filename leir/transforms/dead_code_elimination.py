@@ -106,6 +106,7 @@ from leir.transforms.base import BadStep, Candidate, Context, NotApplicable, Sta
 from leir.transforms.lib.dependence import order_conflict, touches
 
 ID = "dead_code_elimination"
+GROUP = "operator"
 TITLE = "Eliminate dead code"
 #: The Step-TP strategy this is (dataset exports use it).
 STEPTP = "dead_code_elimination"

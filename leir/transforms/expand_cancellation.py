@@ -58,6 +58,7 @@ from leir.transforms import algebra
 from leir.transforms.base import NotApplicable
 
 ID = "expand_cancellation"
+GROUP = "algebraic"
 TITLE = "Split a fraction"
 STEPTP = "expand_cancellation"
 

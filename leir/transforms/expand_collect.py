@@ -47,6 +47,7 @@ from __future__ import annotations
 from leir.transforms import algebra
 
 ID = "expand_collect"
+GROUP = "algebraic"
 TITLE = "Distribute a factor"
 STEPTP = "expand_collect"
 

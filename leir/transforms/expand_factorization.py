@@ -48,6 +48,7 @@ from __future__ import annotations
 from leir.transforms import algebra
 
 ID = "expand_factorization"
+GROUP = "algebraic"
 TITLE = "Expand products"
 STEPTP = "expand_factorization"
 

@@ -58,6 +58,7 @@ from leir.transforms import algebra
 from leir.transforms.base import NotApplicable
 
 ID = "expand_log"
+GROUP = "algebraic"
 TITLE = "Split logarithms"
 STEPTP = "expand_log"
 

@@ -55,6 +55,7 @@ from leir.transforms import algebra
 from leir.transforms.base import NotApplicable
 
 ID = "expand_powsimp"
+GROUP = "algebraic"
 TITLE = "Split powers"
 STEPTP = "expand_powsimp"
 

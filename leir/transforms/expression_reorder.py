@@ -76,6 +76,7 @@ from leir.transforms.lib.expressions import expr_text, operand_side, replace_at_
 from leir.transforms.lib.nests import replace_items
 
 ID = "expression_reorder"
+GROUP = "operator"
 TITLE = "Reorder expression"
 #: The Step-TP strategy this is (dataset exports use it).
 STEPTP = "expression_reorder"

@@ -97,6 +97,7 @@ from leir.transforms.lib.expressions import (  # noqa: F401 - also here, where c
 from leir.transforms.lib.nests import VECTOR_TEMPORARY_BUG, replace_items
 
 ID = "expression_splitting"
+GROUP = "operator"
 TITLE = "Split expression"
 #: The Step-TP strategy this is (dataset exports use it).
 STEPTP = "expression_splitting"

@@ -44,6 +44,7 @@ from __future__ import annotations
 from leir.transforms import algebra
 
 ID = "factorization"
+GROUP = "algebraic"
 TITLE = "Factor"
 STEPTP = "factorization"
 

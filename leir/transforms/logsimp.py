@@ -58,6 +58,7 @@ from leir.transforms import algebra
 from leir.transforms.base import NotApplicable
 
 ID = "logsimp"
+GROUP = "algebraic"
 TITLE = "Combine logarithms"
 STEPTP = "logsimp"
 

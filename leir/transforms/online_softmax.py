@@ -86,6 +86,7 @@ from leir.transforms.base import Candidate, Context
 from leir.transforms.lib.row_steps import RunningRow
 
 ID = "online_softmax"
+GROUP = "algorithmic"
 TITLE = "Online softmax"
 #: The Step-TP strategy this is (dataset exports use it).
 STEPTP = "online_softmax"

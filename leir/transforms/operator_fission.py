@@ -85,6 +85,7 @@ from leir.transforms.lib.dependence import order_conflict
 from leir.transforms.lib.nests import equations_under, fresh_loops, make_nest, places_of, replace_items
 
 ID = "operator_fission"
+GROUP = "operator"
 TITLE = "Split operators into separate nests"
 #: The Step-TP strategy this is (dataset exports use it).
 STEPTP = "operator_fission"

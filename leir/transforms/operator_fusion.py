@@ -126,6 +126,7 @@ from leir.transforms.lib.nests import (  # noqa: F401 - also here, where callers
 from leir.transforms.rewrite import fresh_name, names_in
 
 ID = "operator_fusion"
+GROUP = "operator"
 TITLE = "Fuse operators"
 #: The Step-TP strategy this is (dataset exports use it).
 STEPTP = "operator_fusion"

@@ -43,6 +43,7 @@ from __future__ import annotations
 from leir.transforms import algebra
 
 ID = "powsimp"
+GROUP = "algebraic"
 TITLE = "Combine powers"
 STEPTP = "powsimp"
 

@@ -132,6 +132,7 @@ from leir.transforms.base import BadStep, Candidate, Context, NotApplicable, Sta
 from leir.transforms.rewrite import fresh_name, item_at, names_in, replace_at
 
 ID = "precompute"
+GROUP = "memory"
 TITLE = "Precompute an invariant expression"
 STEPTP = "precompute_indices"
 

@@ -58,6 +58,7 @@ from leir.transforms.base import Candidate, Context
 from leir.transforms.lib.row_steps import PrefixItems, prefix_max_items  # noqa: F401 - also here, where callers found them
 
 ID = "prefix_max"
+GROUP = "algorithmic"
 TITLE = "Running maximum"
 #: The Step-TP strategy this is (dataset exports use it).
 STEPTP = "normal_loop_max_to_prefix_max"

@@ -82,6 +82,7 @@ from leir.transforms.base import Candidate, Context
 from leir.transforms.lib.row_steps import prefix_max_items
 
 ID = "prefix_sum_exp"
+GROUP = "algorithmic"
 TITLE = "Running sum of exponentials"
 #: The Step-TP strategy this is (dataset exports use it).
 STEPTP = "normal_loop_summation_on_exp_to_prefix_summation_on_exp"

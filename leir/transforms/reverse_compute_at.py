@@ -107,6 +107,7 @@ from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, tvm_loop
 
 ID = "reverse_compute_at"
+GROUP = "memory"
 TITLE = "Compute at a producer's loop"
 #: Step-TP has no strategy for this; TVM's primitive names it.
 STEPTP = "reverse_compute_at"

@@ -71,6 +71,7 @@ from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, NotApplicable, Step
 
 ID = "reverse_compute_inline"
+GROUP = "memory"
 TITLE = "Inline into the producer"
 #: Step-TP's compute_inline covers inlining in both directions.
 STEPTP = "compute_inline"

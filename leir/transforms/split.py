@@ -59,6 +59,7 @@ from leir.transforms.base import (
 )
 
 ID = "split"
+GROUP = "loop"
 TITLE = "Split loop"
 #: The Step-TP strategy this is (dataset exports use it).
 STEPTP = "loop_split"

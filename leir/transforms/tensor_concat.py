@@ -132,6 +132,7 @@ from leir.transforms.lib.nests import equations_under, fresh_loops, places_of, r
 from leir.transforms.rewrite import fresh_name, map_equation, names_in, substitute
 
 ID = "tensor_concat"
+GROUP = "operator"
 TITLE = "Concatenate operators"
 #: The Step-TP strategy this is (dataset exports use it).
 STEPTP = "tensor_concat_to_fuse_operators"

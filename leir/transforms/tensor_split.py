@@ -102,6 +102,7 @@ from leir.transforms.lib.nests import fresh_loops, places_of, replace_items
 from leir.transforms.rewrite import map_equation, substitute
 
 ID = "tensor_split"
+GROUP = "operator"
 TITLE = "Split operator along a loop"
 #: The Step-TP strategy this is (dataset exports use it).
 STEPTP = "tensor_split_to_decouple_operators"

@@ -57,6 +57,7 @@ from leir.transforms import algebra
 from leir.transforms.base import NotApplicable
 
 ID = "together"
+GROUP = "algebraic"
 TITLE = "Combine fractions"
 STEPTP = "together"
 
