@@ -1,5 +1,5 @@
 """Tokens of the canonical LEIR form against the equivalent TVMScript, per
-bundled example, with the SmolLM2 BPE tokenizer (leir.tokens).
+bundled example, with the SmolLM2 BPE tokenizer (leir.token_counts).
 
     python bench/token_ratio.py [--docs docs/token-ratio.md]
 
@@ -47,7 +47,7 @@ def strip_comments(program: A.Program) -> A.Program:
 
 def measure(path: Path) -> dict:
     from leir.lower import to_tvmscript
-    from leir.tokens import count_tokens
+    from leir.token_counts import count_tokens
 
     doc = load_leir(path.read_text())
     program = strip_comments(canonical_program(doc.analysis, minimal=True))
@@ -91,7 +91,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--docs", type=Path, help="also write the table into this markdown file")
     args = parser.parse_args()
-    from leir.tokens import tokenizer_name
+    from leir.token_counts import tokenizer_name
 
     rows = [measure(p) for p in sorted((ROOT / "examples").glob("*.leir"))]
     out = table(rows)

@@ -315,7 +315,7 @@ def tvmscript_folds(text: str, source: SourceText | None = None) -> list[Fold]:
 _OPERATORS = frozenset(A.BINARY_PRECEDENCE) | {"!", "=", "+=", "-=", "*="}
 
 
-def leir_tokens(text: str, program: A.Program | None = None, analysis=None) -> list[Token]:
+def semantic_tokens(text: str, program: A.Program | None = None, analysis=None) -> list[Token]:
     """A class for every loop kind, loop variable, tensor, function, dtype,
     scope, number, operator and comment of a ``.leir`` text, in order.
 

@@ -1,6 +1,6 @@
 """``textDocument/semanticTokens/full``: a class for every loop kind, loop
 variable, tensor, function, dtype and scope, number, operator and comment of
-a ``.leir`` document (``leir.outline.leir_tokens``).
+a ``.leir`` document (``leir.outline.semantic_tokens``).
 
 Only ``.leir`` documents: a Python file's colours are its Python language
 server's business, and an editor uses one provider's tokens per document.
@@ -41,7 +41,7 @@ def tokens(snapshot) -> list[int]:
     from leir import outline
 
     doc = snapshot.leir
-    return encode(snapshot, outline.leir_tokens(snapshot.text, doc.program, doc.analysis))
+    return encode(snapshot, outline.semantic_tokens(snapshot.text, doc.program, doc.analysis))
 
 
 #: Most tokens coloured in one document (the first ones): 100,000 lines

@@ -194,7 +194,7 @@ def test_stats_of_the_committed_sample(tmp_path):
 
 
 def test_stats_counts_tokens_with_the_token_figure_tokenizer():
-    tokens = pytest.importorskip("leir.tokens")
+    tokens = pytest.importorskip("leir.token_counts")
     try:
         tokens.count_tokens("L")
     except ImportError as e:

@@ -116,11 +116,11 @@ def _classes(text, tokens):
     return [(text[t.start:t.end], t.type, t.modifiers) for t in tokens]
 
 
-def test_leir_tokens_from_the_tree():
+def test_semantic_tokens_from_the_tree():
     text = "in A: f16[4] @s\nV^{4}_{i=2} [ Y_{i} = exp(f32(A_{i})) where i < 3; ];  # c\n"
     doc = load_leir(text)
 
-    assert _classes(text, outline.leir_tokens(text, doc.program, doc.analysis)) == [
+    assert _classes(text, outline.semantic_tokens(text, doc.program, doc.analysis)) == [
         ("in", "keyword", ()), ("A", "variable", ("declaration", "readonly")), ("f16", "type", ()),
         ("4", "number", ()), ("s", "type", ()),
         ("V", "keyword", ()), ("4", "number", ()), ("i", "parameter", ("declaration",)),
@@ -132,10 +132,10 @@ def test_leir_tokens_from_the_tree():
     ]
 
 
-def test_leir_tokens_of_text_that_does_not_parse_come_from_their_neighbours():
+def test_semantic_tokens_of_text_that_does_not_parse_come_from_their_neighbours():
     text = "L^{4}_{i} [ Y^{f32,g}_{i} = max(X_{i}, $ ; ];"
 
-    classes = _classes(text, outline.leir_tokens(text))  # no tree at all
+    classes = _classes(text, outline.semantic_tokens(text))  # no tree at all
 
     assert ("L", "keyword", ()) in classes
     assert ("Y", "variable", ()) in classes
@@ -148,7 +148,7 @@ def test_tokens_are_ordered_and_disjoint_on_every_example(examples_dir):
     for path in sorted(examples_dir.glob("*.leir")):
         text = path.read_text()
         doc = load_leir(text)
-        tokens = outline.leir_tokens(text, doc.program, doc.analysis)
+        tokens = outline.semantic_tokens(text, doc.program, doc.analysis)
         assert tokens, path.name
         for before, after in zip(tokens, tokens[1:]):
             assert before.end <= after.start, (path.name, before, after)

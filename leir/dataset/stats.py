@@ -3,7 +3,7 @@
 Counts per strategy and per workload, the verification pass rate, the
 speedup distribution (verified samples with a latency), trajectory lengths
 (steps the trajectory went on with), tokens per sample under the tokenizer
-of the LEIR token figure (``leir.tokens``: SmolLM2's BPE) for the program
+of the LEIR token figure (``leir.token_counts``: SmolLM2's BPE) for the program
 before, the program after, the reasoning and the whole chat pair, and two
 plots (PNG): speedup per step index, and strategy frequency.
 """
@@ -92,7 +92,7 @@ def _group(samples, key: str) -> dict[str, list[dict]]:
 def _tokens(samples, chat_pair) -> dict:
     """Token counts per sample (SmolLM2's BPE), or why there are none."""
     try:
-        from leir.tokens import count_tokens, tokenizer_name
+        from leir.token_counts import count_tokens, tokenizer_name
 
         count_tokens("L")
     except ImportError as e:  # TokenizerUnavailable is an ImportError too
