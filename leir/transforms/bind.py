@@ -72,8 +72,7 @@ from leir import ast as A
 from leir.semantics import MAX_THREADS_PER_BLOCK, THREAD_AXIS_LIMITS
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import BadStep, Candidate, Context, LoopSite, NotApplicable, Step, loop_arg, str_arg, tvm_loop
-from leir.transforms.parallelize import KIND_NAMES, concurrency_problem, kind_loops
-from leir.transforms.vectorize import GPU_LANES
+from leir.transforms.lib.loop_kinds import GPU_LANES, KIND_NAMES, concurrency_problem, kind_loops
 
 ID = "bind"
 TITLE = "Bind loop to a thread axis"

@@ -95,7 +95,7 @@ from leir.transforms.base import (
     loop_arg,
     tvm_loop,
 )
-from leir.transforms.parallelize import KIND_NAMES, tvm_affine_guard
+from leir.transforms.lib.loop_kinds import KIND_NAMES, tvm_affine_guard
 
 ID = "rfactor"
 TITLE = "Factor a reduction"

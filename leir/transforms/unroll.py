@@ -68,7 +68,7 @@ from __future__ import annotations
 
 from leir.transforms import _loop_kinds as K
 from leir.transforms.base import Context, LoopSite, NotApplicable
-from leir.transforms.parallelize import KIND_NAMES
+from leir.transforms.lib.loop_kinds import KIND_NAMES
 
 ID = "unroll"
 TITLE = "Unroll loop"

@@ -71,7 +71,7 @@ from __future__ import annotations
 from leir import ast as A
 from leir.transforms import _loop_kinds as K
 from leir.transforms.base import Context, LoopSite, NotApplicable
-from leir.transforms.parallelize import KIND_NAMES, concurrency_problem, kind_loops
+from leir.transforms.lib.loop_kinds import GPU_LANES, KIND_NAMES, concurrency_problem, kind_loops
 
 ID = "vectorize"
 TITLE = "Vectorize loop"
@@ -82,10 +82,6 @@ STEPTP = "loop_vectorization"
 #: and TVM's meta-schedule vectorizes at most 64 iterations
 #: (``max_vectorize_extent``); longer loops are split first.
 MAX_LANES = 64
-#: Lanes inside a GPU kernel. TVM 0.27's CUDA code generator has vector
-#: types of 2 and 4 lanes for every dtype (8 and 16 only for some; measured:
-#: f32x16, f64x8 and boolx8 fail to generate).
-GPU_LANES = (2, 4)
 
 
 class LoopNotSerial(NotApplicable):
