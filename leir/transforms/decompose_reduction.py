@@ -80,8 +80,8 @@ from leir.printer import print_expr
 from leir.semantics import EquationInfo
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, TvmRefused, loop_arg, tvm_loop
+from leir.transforms.lib.reductions import reduction_block_refusal
 from leir.transforms.rewrite import map_equation, substitute
-from leir.transforms.rfactor import reduction_block_refusal
 
 ID = "decompose_reduction"
 TITLE = "Decompose a reduction"
