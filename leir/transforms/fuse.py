@@ -53,7 +53,7 @@ from dataclasses import replace
 from leir import ast as A
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, tvm_loop
-from leir.transforms.reorder import loop_pairs, nesting_refusal, pair_arg, pair_span
+from leir.transforms.lib.loop_pairs import loop_pairs, nesting_refusal, pair_arg, pair_span
 from leir.transforms.rewrite import fresh_name, map_equation, substitute
 
 ID = "fuse"

@@ -88,7 +88,7 @@ from leir.transforms.base import (
     int_list_arg,
     tvm_loop,
 )
-from leir.transforms.reorder import (
+from leir.transforms.lib.loop_pairs import (
     guard_text,
     loop_pairs,
     nesting_refusal,
