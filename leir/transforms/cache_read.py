@@ -96,29 +96,29 @@ from leir import ast as A
 from leir.semantics import EquationInfo
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import (
-    BadStep,
     Candidate,
     Context,
     NotApplicable,
-    StaleStep,
     Step,
     str_arg,
+)
+from leir.transforms.lib.tensors import (
+    SCOPE_WORDS,
+    access_at,
+    affine_guard,
+    guard_reads,
+    offered_scopes,
+    rhs_reads,
+    scope_arg,
+    scope_refusal,
+    tensor_arg,
+    writers,
 )
 
 ID = "cache_read"
 TITLE = "Cache read"
 #: The Step-TP strategy this is (dataset exports use it).
 STEPTP = "cache_read_write"
-
-#: LEIR scope letter -> the word titles and messages use.
-SCOPE_WORDS = {"g": "global", "s": "shared", "l": "local"}
-#: Scopes a cache stage is offered in, in the editor's order: shared and
-#: local memory on a GPU; on a CPU, which has no shared memory, local (a
-#: stack buffer, for register-level reuse) and global (a heap buffer, for
-#: packing).
-GPU_SCOPES = ("s", "l")
-CPU_SCOPES = ("l", "g")
-BLOCK_AXES = ("bx", "by", "bz")
 
 
 class NotRead(NotApplicable):
@@ -143,76 +143,6 @@ class UnboundedCopy(NotApplicable):
 
 class WrongScope(NotApplicable):
     code = "cache_read-wrong-scope"
-
-
-# ------------------------------------------------- helpers the memory steps share
-
-
-def is_gpu_program(ctx: Context) -> bool:
-    """Whether the program binds loops to GPU threads (``B`` loops)."""
-    return any(site.loop.kind == "B" for site in ctx.loop_sites)
-
-
-def offered_scopes(ctx: Context) -> tuple[str, ...]:
-    return GPU_SCOPES if is_gpu_program(ctx) else CPU_SCOPES
-
-
-def scope_refusal(ctx: Context, scope: str, error: type[NotApplicable], what: str, span) -> NotApplicable | None:
-    """Why a ``scope`` stage does not suit this program (None if it does)."""
-    if is_gpu_program(ctx):
-        if scope == "g":
-            return error(f"a global {what} gains nothing on a GPU",
-                         f"this program runs on a GPU (it has B loops): a copy in global memory is as far away as the "
-                         f"original; stage it in shared (s) or local (l) memory instead", span)
-        return None
-    if scope == "s":
-        return error("shared memory needs thread-bound loops",
-                     f"shared memory is the memory of one GPU thread block, and this program binds no loop to GPU "
-                     f"threads (B loops); on a CPU, use a local (l) or global (g) {what}", span)
-    return None
-
-
-def scope_arg(args: dict, step_id: str) -> str:
-    scope = str_arg(args, "scope", step_id)
-    if scope not in SCOPE_WORDS:
-        raise BadStep(f"{step_id}: \"scope\" is one of g, s, l (global, shared, local), got {scope!r}")
-    return scope
-
-
-def tensor_arg(ctx: Context, args: dict, step_id: str) -> str:
-    name = str_arg(args, "tensor", step_id)
-    if name not in ctx.analysis.tensors:
-        raise StaleStep(f"no tensor {name} in the program",
-                        f"the program has tensors {', '.join(ctx.analysis.tensors)}")
-    return name
-
-
-def rhs_reads(eq: A.Equation) -> list[A.Access]:
-    """The accesses the right-hand side reads, in source order."""
-    return [n for n in A.walk(eq.rhs) if isinstance(n, A.Access)]
-
-
-def guard_reads(eq: A.Equation) -> list[A.Access]:
-    return [n for n in A.walk(eq.predicate) if isinstance(n, A.Access)] if eq.predicate is not None else []
-
-
-def access_at(eq: A.Equation, at: int | None) -> A.Access | None:
-    """The access (written or read) the cursor is on, if any."""
-    if at is None:
-        return None
-    for node in A.walk(eq):
-        if isinstance(node, A.Access) and node.span is not None and node.span.contains(at):
-            return node
-    return None
-
-
-def writers(ctx: Context, tensor: str) -> list[EquationInfo]:
-    return [info for info in ctx.analysis.equations if info.equation.lhs.tensor == tensor]
-
-
-def cache_name(tensor: str, scope: str) -> str:
-    """What TVM names the cache stage (before it avoids a clash)."""
-    return f"{tensor}_{SCOPE_WORDS[scope]}"
 
 
 # ------------------------------------------------------------------ the step
@@ -289,15 +219,6 @@ def _copy_in_bounds(index: A.Expr, extent: int, ranges: dict, guard: A.Expr | No
         return False
     lo, hi = affine.guarded_bounds(form, ranges, guard)
     return 0 <= lo and hi < extent
-
-
-def affine_guard(guard: A.Expr) -> bool:
-    """Whether every conjunct of ``guard`` compares affine index
-    expressions (what TVM's region analysis can use)."""
-    if isinstance(guard, A.Binary) and guard.op == "&":
-        return affine_guard(guard.lhs) and affine_guard(guard.rhs)
-    return (isinstance(guard, A.Binary) and guard.op in ("<", "<=", ">", ">=", "==")
-            and affine.linearize(guard.lhs) is not None and affine.linearize(guard.rhs) is not None)
 
 
 def check(ctx: Context, args: dict) -> None:

@@ -75,7 +75,7 @@ from leir.transforms.base import (
     TvmRefused,
     str_arg,
 )
-from leir.transforms.cache_read import (
+from leir.transforms.lib.tensors import (
     SCOPE_WORDS,
     access_at,
     affine_guard,

@@ -117,13 +117,17 @@ from leir.transforms.base import (
     NotApplicable,
     Step,
 )
-from leir.transforms.cache_read import (
+# Moved to the shared library; not_temporary, tensors_at and uses are
+# imported back so that they still read as set_scope's.
+from leir.transforms.lib.tensors import (  # noqa: F401
     BLOCK_AXES,
     SCOPE_WORDS,
-    access_at,
     is_gpu_program,
+    not_temporary,
     scope_arg,
     tensor_arg,
+    tensors_at,
+    uses,
 )
 from leir.transforms.rewrite import map_equation, map_expr
 
@@ -151,42 +155,6 @@ class NotOneKernel(NotApplicable):
 
 class NotPrivate(NotApplicable):
     code = "set_scope-not-private"
-
-
-# --------------------------------------------------- which tensors the cursor selects
-
-
-def tensors_at(ctx: Context, at: int | None) -> list[str]:
-    """The tensors a cursor selects: the one whose declaration or access it
-    is on; else every tensor the equation under it accesses; every tensor
-    when no position is given."""
-    if at is None:
-        return list(ctx.analysis.tensors)
-    for decl in ctx.program.decls:
-        if decl.span is not None and decl.span.contains(at):
-            return [decl.name]
-    out: list[str] = []
-    for info in ctx.equations_at(at):
-        pointed = access_at(info.equation, at)
-        if pointed is not None:
-            return [pointed.tensor]
-        out += [n.tensor for n in A.walk(info.equation) if isinstance(n, A.Access)]
-    return list(dict.fromkeys(out))
-
-
-def uses(ctx: Context, name: str) -> list[tuple[A.Access, EquationInfo]]:
-    """Every access of ``name`` (written, read, read in a guard), with its
-    equation, in program order."""
-    return [(n, info) for info in ctx.analysis.equations for n in A.walk(info.equation)
-            if isinstance(n, A.Access) and n.tensor == name]
-
-
-def not_temporary(ctx: Context, name: str, error: type[NotApplicable], why: str) -> NotApplicable | None:
-    t = ctx.analysis.tensors[name]
-    if t.role == "tmp":
-        return None
-    role = {"in": "an input", "out": "an output"}[t.role]
-    return error(f"{name} is {role}, not a temporary", f"{name} is {role}: {why}", t.span)
 
 
 # ------------------------------------------------------------------ the step

@@ -55,8 +55,7 @@ from leir.transforms.base import (
     Step,
     int_arg,
 )
-from leir.transforms.cache_read import SCOPE_WORDS, tensor_arg, writers
-from leir.transforms.set_scope import not_temporary
+from leir.transforms.lib.tensors import SCOPE_WORDS, not_temporary, tensor_arg, writers
 
 ID = "storage_align"
 TITLE = "Align storage"

@@ -93,8 +93,7 @@ from leir.transforms.base import (
     int_arg,
     str_arg,
 )
-from leir.transforms.cache_read import tensor_arg, writers
-from leir.transforms.set_scope import not_temporary, tensors_at
+from leir.transforms.lib.tensors import not_temporary, tensor_arg, tensors_at, writers
 
 ID = "transform_layout"
 TITLE = "Transform layout"
