@@ -28,7 +28,6 @@ import multiprocessing
 import os
 import platform
 import random
-import re
 import statistics
 import sys
 import time
@@ -42,30 +41,11 @@ sys.path.insert(0, str(REPO))  # this checkout's leir, not an installed one
 EXAMPLES = REPO / "examples"
 LISTING_RUNS = 20
 LISTING_TARGET_MS = 50.0
-#: Step-TP's groups, as the registry's comments mark them.
-GROUP_COMMENT = re.compile(r"^\s*# --- (\w+)")
-
-
 def registry_groups() -> dict[str, str]:
-    """Transformation id -> group, read from the comments of the ``ALL``
-    tuple in leir/transforms/__init__.py (``# --- loop`` ...)."""
+    """Transformation id -> group, as each step module declares it (``GROUP``)."""
     import leir.transforms as T
 
-    text = Path(T.__file__).read_text()
-    body = text[text.index("ALL:"):]
-    body = body[: body.index("\n)\n") + 2]
-    groups: dict[str, str] = {}
-    group = "other"
-    names = {m.__name__.rsplit(".", 1)[1]: m.ID for m in T.ALL}
-    for line in body.splitlines():
-        m = GROUP_COMMENT.match(line)
-        if m:
-            group = m.group(1)
-            continue
-        name = line.strip().rstrip(",")
-        if name in names:
-            groups[names[name]] = group
-    return {t.ID: groups.get(t.ID, "other") for t in T.ALL}
+    return {t.ID: t.GROUP for t in T.ALL}
 
 
 @dataclass

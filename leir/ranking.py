@@ -18,6 +18,7 @@ import random
 from dataclasses import dataclass
 from typing import Protocol, Sequence, runtime_checkable
 
+from leir import transforms
 from leir.errors import LeirError
 from leir.explain import access_strides
 from leir.semantics import Analysis, EquationInfo
@@ -25,13 +26,9 @@ from leir.semantics import Analysis, EquationInfo
 __all__ = ["HEURISTIC", "SEARCHED", "HeuristicRanker", "Ranked", "Ranker", "pick", "rank", "score_step"]
 
 #: Loop and memory transformations: the ones that change latency without
-#: changing the arithmetic. (Operator, algebraic and algorithmic rewrites
-#: change the computation itself; they are the user's call, not a search's.)
-SEARCHED = (
-    "split", "tile", "reorder", "fuse", "unroll", "parallelize", "vectorize", "bind", "rfactor",
-    "decompose_reduction", "cache_read", "cache_write", "set_scope", "transform_layout", "storage_align",
-    "compute_at", "reverse_compute_at", "compute_inline", "reverse_compute_inline", "precompute",
-)
+#: changing the arithmetic (``leir.transforms.SCHEDULE_GROUPS``), in the
+#: catalogue's order.
+SEARCHED = transforms.ids_in(*transforms.SCHEDULE_GROUPS)
 
 
 @runtime_checkable
@@ -87,7 +84,6 @@ def _contiguous(strides: dict[str, int | None]) -> bool:
 def rank(analysis: Analysis, target: str = "llvm", ranker: "Ranker | None" = None) -> list[Ranked]:
     """Every searched candidate step with its score from ``ranker`` (the
     heuristic by default), best first."""
-    from leir import transforms
     from leir.transforms.base import Context
 
     ranker = ranker or HEURISTIC

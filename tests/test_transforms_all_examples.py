@@ -38,25 +38,31 @@ SAMPLE_PER_TRANSFORM = 2
 SAMPLE_PER_EXAMPLE = 20
 #: Small enough to try every offered loop and memory step.
 EXHAUSTIVE = ("matmul_gpu",)
-SCHEDULE_GROUPS = ("loop", "memory")
+SCHEDULE_GROUPS = T.SCHEDULE_GROUPS
 
 
 def registry_groups() -> dict[str, str]:
-    """Transformation id -> group, from the ``# --- loop`` ... comments of
-    the ``ALL`` tuple in leir/transforms/__init__.py."""
+    """Transformation id -> group, as each step module declares it."""
+    return {t.ID: t.GROUP for t in T.ALL}
+
+
+def test_the_catalogue_is_ordered_by_group_as_its_comments_say():
+    """``ALL`` lists the groups in ``GROUPS`` order, and each ``# --- group``
+    comment of the tuple heads the steps of that group."""
+    assert [T.GROUPS.index(t.GROUP) for t in T.ALL] == sorted(T.GROUPS.index(t.GROUP) for t in T.ALL)
     text = Path(T.__file__).read_text()
     body = text[text.index("ALL:"):]
     body = body[: body.index("\n)\n")]
-    by_name = {m.__name__.rsplit(".", 1)[1]: m.ID for m in T.ALL}
-    groups: dict[str, str] = {}
+    by_name = {m.__name__.rsplit(".", 1)[1]: m for m in T.ALL}
     group = None
+    commented = {}
     for line in body.splitlines():
         marker = re.match(r"\s*# --- (\w+)", line)
         if marker:
             group = marker.group(1)
-        elif line.strip().rstrip(",") in by_name and group is not None:
-            groups[by_name[line.strip().rstrip(",")]] = group
-    return groups
+        elif line.strip().rstrip(",") in by_name:
+            commented[by_name[line.strip().rstrip(",")].ID] = group
+    assert commented == registry_groups()
 
 
 def schedule_transforms() -> list:

@@ -132,10 +132,25 @@ ALL: tuple[ModuleType, ...] = (
 
 _BY_ID = {t.ID: t for t in ALL}
 
+#: Step-TP's groups, in the order ``ALL`` lists them; each step module says
+#: its own (``GROUP``).
+GROUPS = ("loop", "memory", "operator", "algebraic", "algorithmic")
+#: The groups that change latency without changing what is computed: the
+#: ones a search takes (``leir.ranking.SEARCHED``). Operator, algebraic and
+#: algorithmic rewrites change the computation itself; they are the user's
+#: call.
+SCHEDULE_GROUPS = ("loop", "memory")
+
+
+def ids_in(*groups: str) -> tuple[str, ...]:
+    """The ids of the steps of ``groups``, in ``ALL`` order."""
+    return tuple(t.ID for t in ALL if t.GROUP in groups)
+
 __all__ = [
-    "ALL", "BadStep", "Candidate", "Context", "NotApplicable", "StaleStep", "Step", "TransformError",
+    "ALL", "GROUPS", "SCHEDULE_GROUPS", "BadStep", "Candidate", "Context", "NotApplicable", "StaleStep", "Step",
+    "TransformError",
     "TvmRefused", "UnknownTransform", "Verification", "VerificationFailed", "apply", "candidates", "get",
-    "replay", "step_from_json", "verify",
+    "ids_in", "replay", "step_from_json", "verify",
 ]
 
 

@@ -75,6 +75,7 @@ from leir.transforms.base import BadStep, Candidate, Context, LoopSite, NotAppli
 from leir.transforms.lib.loop_kinds import GPU_LANES, KIND_NAMES, concurrency_problem, kind_loops
 
 ID = "bind"
+GROUP = "loop"
 TITLE = "Bind loop to a thread axis"
 #: The Step-TP strategy this is (dataset exports use it).
 STEPTP = "loop_binding"

@@ -116,6 +116,7 @@ from leir.transforms.lib.tensors import (
 )
 
 ID = "cache_read"
+GROUP = "memory"
 TITLE = "Cache read"
 #: The Step-TP strategy this is (dataset exports use it).
 STEPTP = "cache_read_write"

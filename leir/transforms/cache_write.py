@@ -87,6 +87,7 @@ from leir.transforms.lib.tensors import (
 )
 
 ID = "cache_write"
+GROUP = "memory"
 TITLE = "Cache write"
 #: The Step-TP strategy this is (dataset exports use it).
 STEPTP = "cache_read_write"

@@ -84,6 +84,7 @@ from leir.transforms.lib.reductions import reduction_block_refusal
 from leir.transforms.rewrite import map_equation, substitute
 
 ID = "decompose_reduction"
+GROUP = "loop"
 TITLE = "Decompose a reduction"
 #: Step-TP has no strategy for this (their reductions keep the implied
 #: initial value); TVM's primitive is ``decompose_reduction``.

@@ -57,6 +57,7 @@ from leir.transforms.lib.loop_pairs import loop_pairs, nesting_refusal, pair_arg
 from leir.transforms.rewrite import fresh_name, map_equation, substitute
 
 ID = "fuse"
+GROUP = "loop"
 TITLE = "Fuse loops"
 #: The Step-TP strategy this is (dataset exports use it).
 STEPTP = "loop_fusion"

@@ -88,6 +88,7 @@ from leir.transforms.lib.loop_kinds import (  # noqa: F401
 )
 
 ID = "parallelize"
+GROUP = "loop"
 TITLE = "Parallelize loop"
 #: The Step-TP strategy this is (dataset exports use it).
 STEPTP = "loop_parallelization"

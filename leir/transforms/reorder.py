@@ -95,6 +95,7 @@ from leir.transforms.lib.loop_pairs import (  # noqa: F401
 )
 
 ID = "reorder"
+GROUP = "loop"
 TITLE = "Reorder loops"
 #: The Step-TP strategy this is (dataset exports use it).
 STEPTP = "loop_reorder"

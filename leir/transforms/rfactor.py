@@ -99,6 +99,7 @@ from leir.transforms.lib.loop_kinds import KIND_NAMES
 from leir.transforms.lib.reductions import reduction_block_refusal
 
 ID = "rfactor"
+GROUP = "loop"
 TITLE = "Factor a reduction"
 #: The Step-TP strategy this is (dataset exports use it).
 STEPTP = "reduction_factorization"

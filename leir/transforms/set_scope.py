@@ -132,6 +132,7 @@ from leir.transforms.lib.tensors import (  # noqa: F401
 from leir.transforms.rewrite import map_equation, map_expr
 
 ID = "set_scope"
+GROUP = "memory"
 TITLE = "Set storage scope"
 #: The Step-TP strategy this is (dataset exports use it).
 STEPTP = "set_storage_scope"

@@ -58,6 +58,7 @@ from leir.transforms.base import (
 from leir.transforms.lib.tensors import SCOPE_WORDS, not_temporary, tensor_arg, writers
 
 ID = "storage_align"
+GROUP = "memory"
 TITLE = "Align storage"
 #: The Step-TP strategy this is (dataset exports use it).
 STEPTP = "set_storage_layout"

@@ -99,6 +99,7 @@ from leir.transforms.lib.loop_pairs import (
 )
 
 ID = "tile"
+GROUP = "loop"
 TITLE = "Tile loops"
 #: The Step-TP strategy this is (dataset exports use it).
 STEPTP = "loop_tiling"

@@ -96,6 +96,7 @@ from leir.transforms.base import (
 from leir.transforms.lib.tensors import not_temporary, tensor_arg, tensors_at, writers
 
 ID = "transform_layout"
+GROUP = "memory"
 TITLE = "Transform layout"
 #: The Step-TP strategy this is (dataset exports use it).
 STEPTP = "layout_transformation"

@@ -71,6 +71,7 @@ from leir.transforms.base import Context, LoopSite, NotApplicable
 from leir.transforms.lib.loop_kinds import KIND_NAMES
 
 ID = "unroll"
+GROUP = "loop"
 TITLE = "Unroll loop"
 #: The Step-TP strategy this is (dataset exports use it).
 STEPTP = "loop_unrolling"

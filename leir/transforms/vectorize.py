@@ -74,6 +74,7 @@ from leir.transforms.base import Context, LoopSite, NotApplicable
 from leir.transforms.lib.loop_kinds import GPU_LANES, KIND_NAMES, concurrency_problem, kind_loops
 
 ID = "vectorize"
+GROUP = "loop"
 TITLE = "Vectorize loop"
 #: The Step-TP strategy this is (dataset exports use it).
 STEPTP = "loop_vectorization"
