@@ -324,7 +324,7 @@ def cmd_actions(args) -> int:
     doc = _transformable(args.file, args.kernel)
     at = _position(doc, args.at) if args.at else None
     if isinstance(doc, _PythonFile):
-        from leir.transforms.tvmscript import KernelError, tvmscript_candidates
+        from leir.transforms.python_kernels import KernelError, tvmscript_candidates
 
         try:
             found = tvmscript_candidates(doc.text, args.kernel, at)
@@ -370,7 +370,7 @@ def _check_not_stale(doc, step, data, kernel: str | None = None) -> None:
     if not isinstance(data, dict) or "range" not in data:
         return
     if isinstance(doc, _PythonFile):
-        from leir.transforms.tvmscript import tvmscript_candidates
+        from leir.transforms.python_kernels import tvmscript_candidates
 
         offered = [c for c in tvmscript_candidates(doc.text, kernel) if c.step.id == step.id]
     else:
@@ -415,7 +415,7 @@ def cmd_apply(args) -> int:
 def _apply_tvmscript(doc: _PythonFile, step, data, args) -> int:
     """``leir apply`` on a Python file: the whole file with the kernel
     transformed (printed, or written with --write)."""
-    from leir.transforms.tvmscript import KernelError, tvmscript_apply, tvmscript_verify
+    from leir.transforms.python_kernels import KernelError, tvmscript_apply, tvmscript_verify
 
     try:
         _check_not_stale(doc, step, data, args.kernel)
@@ -452,7 +452,7 @@ def cmd_replay(args) -> int:
         raise LeirError(f"{args.trace}: a trace is a JSON list of steps ({{\"id\", \"args\"}} objects)")
     steps = [transforms.step_from_json(s) for s in data]
     if isinstance(doc, _PythonFile):
-        from leir.transforms.tvmscript import KernelError, tvmscript_replay
+        from leir.transforms.python_kernels import KernelError, tvmscript_replay
 
         try:
             out = tvmscript_replay(doc.text, steps, args.kernel)

@@ -130,7 +130,7 @@ def _apply_leir(text: str, step, verify: bool, record: bool) -> Applied | Failur
 def _apply_tvmscript(text: str, step, kernel: str | None, verify: bool, record: bool) -> Applied | Failure:
     from leir.printer import print_program
     from leir.suggest import tvmscript_namespace
-    from leir.transforms.tvmscript import load_kernel, tvmscript_apply, tvmscript_verify
+    from leir.transforms.python_kernels import load_kernel, tvmscript_apply, tvmscript_verify
 
     before = load_kernel(text, kernel)
     if verify:
@@ -191,7 +191,7 @@ def convert(text: str, language: str, kernel: str | None = None, name: str = "ma
             name = kernel_name(name)
             return Converted("python", to_tvmscript(doc.analysis, name).rstrip("\n") + "\n", f"{name}.py")
         from leir.format import canonical_program
-        from leir.transforms.tvmscript import load_kernel
+        from leir.transforms.python_kernels import load_kernel
 
         k = load_kernel(text, kernel)
         return Converted("leir", print_program(canonical_program(k.ctx.analysis, minimal=True)), f"{k.name}.leir")
@@ -203,7 +203,7 @@ def kernel_program(text: str, kernel: str | None = None) -> str | Failure:
     """A Python file's kernel raised to LEIR: the complete program text (what
     the measurement engine takes)."""
     from leir.printer import print_program
-    from leir.transforms.tvmscript import load_kernel
+    from leir.transforms.python_kernels import load_kernel
 
     try:
         return print_program(load_kernel(text, kernel).ctx.analysis.complete_program())
@@ -299,7 +299,7 @@ def _optimize(conn, text: str, language: str, kernel: str | None, options: dict)
             return ("failed", Failure("document", "the document has errors; fix them before optimizing it"))
         start = doc.analysis
     else:
-        from leir.transforms.tvmscript import load_kernel
+        from leir.transforms.python_kernels import load_kernel
 
         start = load_kernel(text, kernel).ctx.analysis
     from leir.footprint import BUDGET_ENV, require_within_budget

@@ -79,7 +79,7 @@ class RaiseError(LeirError):
 def raise_func(func) -> A.Program:
     """The LEIR program that computes what ``func`` (a ``tvm.tirx.PrimFunc``)
     computes. Raises ``RaiseError`` for constructs LEIR cannot express."""
-    return _Raiser(func).run()
+    return Raiser(func).run()
 
 
 def raise_module(mod) -> dict[str, A.Program]:
@@ -316,7 +316,15 @@ class _Frame:
     items: list  # where the statements inside this frame put their items
 
 
-class _Raiser:
+class Raiser:
+    """Raises one PrimFunc to a LEIR program (``raise_func`` runs it).
+
+    Public so that a reader that needs more than the program can subclass
+    it: ``leir.transforms.python_kernels`` overrides ``stmt_SBlockRealize``
+    and ``equations`` to remember which TIR block and loops each equation
+    came from. A statement of TIR kind ``K`` is raised by ``stmt_K``;
+    ``equations`` turns one block body into equations."""
+
     def __init__(self, func):
         from tvm.tirx import PrimFunc
 
@@ -816,7 +824,7 @@ class _Expr:
     computes in ``d2`` therefore becomes ``d2(e)``: ``e`` computed in ``d2``,
     then converted to the context ``d``."""
 
-    def __init__(self, raiser: _Raiser, what: str):
+    def __init__(self, raiser: Raiser, what: str):
         self.r = raiser
         self.what = what
 

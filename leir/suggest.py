@@ -8,7 +8,7 @@ measurement cache already holds.
 
 Nothing here builds or runs a kernel. A ``.leir`` document is parsed and
 analysed in pure Python; a Python file's kernel is parsed by TVM and raised
-to LEIR (``leir.transforms.tvmscript.load_kernel``), which imports TVM but
+to LEIR (``leir.transforms.python_kernels.load_kernel``), which imports TVM but
 compiles nothing.
 
 **Rank.** A step's score is ``leir.ranking.rank``'s heuristic (loop
@@ -317,15 +317,15 @@ def _document(text: str):
 
 @functools.lru_cache(maxsize=8)
 def _kernel(text: str, kernel: str | None, at: int | None):
-    from leir.transforms.tvmscript import load_kernel
+    from leir.transforms.python_kernels import load_kernel
 
     return load_kernel(text, kernel, at)
 
 
 def kernel_at(text: str, kernel: str | None = None, at: int | None = None):
-    """``leir.transforms.tvmscript.load_kernel``, remembered for the last few
+    """``leir.transforms.python_kernels.load_kernel``, remembered for the last few
     texts: the kernel named, else the only one, else the one holding ``at``."""
-    from leir.transforms.tvmscript import KernelError
+    from leir.transforms.python_kernels import KernelError
 
     if kernel is not None or at is None:
         return _kernel(text, kernel, None)
@@ -377,7 +377,7 @@ def _tvmscript_suggestions(text: str, at: int | None, kernel: str | None, target
                            measured: MeasuredLookup | None, only: tuple[str, ...] | None = None,
                            ranker=None) -> list[Suggestion]:
     from leir import transforms
-    from leir.transforms.tvmscript import retitle
+    from leir.transforms.python_kernels import retitle
 
     k = kernel_at(text, kernel, at)
     ctx = k.ctx

@@ -77,7 +77,7 @@ NOT_MEASURED = "not measured"
 
 
 @dataclass
-class Suggestion:
+class NextStep:
     """One next step for a kernel and what is known of its effect."""
 
     step: dict  # {"id": ..., "args": {...}}
@@ -106,12 +106,12 @@ class Row:
     status: str = "ok"
     message: str | None = None
     latency_ms: float | None = None
-    #: As ``Suggestion.status``, for the current program.
+    #: As ``NextStep.status``, for the current program.
     latency_status: str = NOT_MEASURED
-    suggestions: list[Suggestion] = field(default_factory=list)
+    suggestions: list[NextStep] = field(default_factory=list)
 
     @property
-    def best(self) -> Suggestion | None:
+    def best(self) -> NextStep | None:
         """The best next step known: the fastest measured suggestion when it
         beats the current program; else the best-ranked one not measured
         yet (it may); else the fastest measured (slower than now: the row
@@ -246,7 +246,7 @@ def engine_measurer(target: str = "llvm") -> Measurer:
 @dataclass
 class _Kernel:
     """One kernel of a file: a ``.leir`` file's program, or one PrimFunc of
-    a Python file (raised to LEIR by ``leir.transforms.tvmscript``)."""
+    a Python file (raised to LEIR by ``leir.transforms.python_kernels``)."""
 
     name: str
     text: str  # the whole file
@@ -269,7 +269,7 @@ class _Kernel:
             from leir.semantics import analyze
 
             return analyze(transforms.apply(self.analysis, step, self.name))
-        from leir.transforms.tvmscript import load_kernel, tvmscript_apply
+        from leir.transforms.python_kernels import load_kernel, tvmscript_apply
 
         return load_kernel(tvmscript_apply(self.text, step, self.name), self.name).ctx.analysis
 
@@ -309,7 +309,7 @@ def _tvmscript_kernels(text: str) -> list[_Kernel]:
     import tvm
 
     from leir import tvmscript
-    from leir.transforms.tvmscript import load_kernel
+    from leir.transforms.python_kernels import load_kernel
 
     names = []
     for k in tvmscript.load_document(text).kernels:
@@ -335,7 +335,7 @@ def _might_hold_kernels(text: str) -> bool:
     return bool(kernels)
 
 
-def top_suggestions(kernel: _Kernel, target: str, k: int = TOP_SUGGESTIONS, measured=None) -> list[Suggestion]:
+def top_suggestions(kernel: _Kernel, target: str, k: int = TOP_SUGGESTIONS, measured=None) -> list[NextStep]:
     """The ``k`` best next steps of a kernel by ``leir.suggest`` (measured
     speedups first, then the analysis' rank), at most one per
     (transformation, block, loop): three splits of one loop are one idea,
@@ -357,7 +357,7 @@ def top_suggestions(kernel: _Kernel, target: str, k: int = TOP_SUGGESTIONS, meas
         if where in seen:
             continue
         seen.add(where)
-        row = Suggestion(s.step.to_json(), s.title, tuple(s.facts))
+        row = NextStep(s.step.to_json(), s.title, tuple(s.facts))
         if s.after is not None and s.after.median_ms is not None:
             # Applied, verified and measured before (an editor's code action, an earlier pass).
             row.status, row.latency_ms = "cached", s.after.median_ms
@@ -596,7 +596,7 @@ class Watcher:
         except LeirError:
             return None
 
-    def _record(self, kernel: _Kernel, s: Suggestion, after) -> None:
+    def _record(self, kernel: _Kernel, s: NextStep, after) -> None:
         from leir.transforms import step_from_json
 
         step = step_from_json(s.step)
@@ -610,7 +610,7 @@ class Watcher:
                 except LeirError as e:
                     logger.warning("%s", e)
 
-    def _set(self, rel: str, generation: int, target: Row | Suggestion, **values) -> bool:
+    def _set(self, rel: str, generation: int, target: Row | NextStep, **values) -> bool:
         with self._lock:
             if self._current(rel, generation) is None:
                 return False
@@ -620,7 +620,7 @@ class Watcher:
             self._wake.notify_all()
             return True
 
-    def _applied(self, rel, generation, kernel: _Kernel, s: Suggestion):
+    def _applied(self, rel, generation, kernel: _Kernel, s: NextStep):
         """The analysed program after ``s``, or None (and why, in its status)."""
         from leir.transforms import TransformError, step_from_json
 
@@ -649,7 +649,7 @@ class Watcher:
             self._set(rel, generation, s, status=f"{REFUSED}: the program is over the memory budget")
         return True
 
-    def _verified(self, rel, generation, kernel: _Kernel, s: Suggestion, after) -> bool:
+    def _verified(self, rel, generation, kernel: _Kernel, s: NextStep, after) -> bool:
         from leir.transforms import verify
 
         self._set(rel, generation, s, status="verifying")
@@ -668,7 +668,7 @@ class Watcher:
             return False
         return True  # "verifying" until the measurement (or the cache) says more
 
-    def _measure_program(self, rel, generation, row: Row, s: Suggestion | None, analysis, left: int, kernel: str,
+    def _measure_program(self, rel, generation, row: Row, s: NextStep | None, analysis, left: int, kernel: str,
                          cached=None) -> int:
         target = row if s is None else s
         if cached is None:

@@ -38,6 +38,7 @@ applies incremental edits as LSP does.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging

@@ -50,7 +50,7 @@ POOL_WORKERS = 2
 #: 2-core machine (bench/server.py). The limit is for hangs, not slowness.
 JOB_TIMEOUT_S = 600.0
 #: Imported once in the forkserver, so that each job process starts with them.
-PRELOAD_EXTRA = ["leir.jobs", "leir.transforms", "leir.transforms.tvmscript", "leir.suggest"]
+PRELOAD_EXTRA = ["leir.jobs", "leir.transforms", "leir.transforms.python_kernels", "leir.suggest"]
 
 #: LSP's RequestFailed: the request was valid but could not be done.
 REQUEST_FAILED = -32803

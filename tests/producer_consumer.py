@@ -1,6 +1,6 @@
 """Programs and sweeps that the tests of compute_at, reverse_compute_at,
 compute_inline and reverse_compute_inline share (their code shares
-``leir/transforms/_producer_consumer.py``)."""
+``leir/transforms/lib/producer_consumer.py``)."""
 
 from __future__ import annotations
 

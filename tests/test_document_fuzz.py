@@ -167,7 +167,7 @@ def test_deep_expressions_are_refused_not_recursed():
 
 def test_divisors_are_bounded_for_any_n():
     from leir.transforms.base import divisors
-    from leir.transforms.split import inner_factors
+    from leir.transforms.steps.split import inner_factors
 
     assert divisors(360) == [1, 2, 3, 4, 5, 6, 8, 9, 10, 12, 15, 18, 20, 24, 30, 36, 40, 45, 60, 72, 90, 120, 180, 360]
     assert divisors(2**31 - 1) == [1, 2**31 - 1]  # a prime at the limit: 46,341 trials

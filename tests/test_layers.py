@@ -1,7 +1,7 @@
 """The layers as a contract (``[tool.importlinter]`` in pyproject.toml):
 ``leir`` imports neither the server nor the models, the models do not import
-the server, the language core imports no tool, and no step of the catalogue
-imports another; and no import cycle anywhere, imports inside functions
+the server, the language core imports no tool, the steps' shared library
+and machinery import no step, and no step of the catalogue imports another; and no import cycle anywhere, imports inside functions
 included (they are cycles all the same, only hidden)."""
 
 from __future__ import annotations
@@ -108,7 +108,16 @@ def test_the_steps_contract_names_every_step_of_the_catalogue():
     assert sorted(_contracts()["steps"]["modules"]) == sorted(t.__name__ for t in transforms.ALL)
 
 
-@pytest.mark.parametrize("contract", ["library", "models", "core"])
+def test_the_steps_folder_holds_the_catalogue_and_nothing_else():
+    from leir import transforms
+
+    folder = REPO / "leir" / "transforms" / "steps"
+    modules = {p.stem for p in folder.glob("*.py")} - {"__init__"}
+    assert modules == {t.__name__.rsplit(".", 1)[1] for t in transforms.ALL}
+    assert all(t.__name__.startswith("leir.transforms.steps.") for t in transforms.ALL)
+
+
+@pytest.mark.parametrize("contract", ["library", "models", "core", "lib"])
 def test_each_forbidden_contract_names_packages_that_exist(contract):
     import importlib
 

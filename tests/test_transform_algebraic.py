@@ -16,7 +16,7 @@ from leir.printer import print_expr, print_program
 from leir.transforms import (apart, cancellation, collect, expand_cancellation, expand_collect, expand_factorization,
                              expand_log, expand_powsimp, factorization, logsimp, powsimp, together)
 from leir import transforms
-from leir.transforms import algebra
+from leir.transforms.lib import algebra
 from leir.transforms.base import BadStep, Context, StaleStep, Step
 from leir.transforms.testing import check_action, check_not_applicable
 

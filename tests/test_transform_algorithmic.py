@@ -16,8 +16,9 @@ from leir import transforms
 from leir.document import load_leir
 from leir.printer import print_program
 from leir.semantics import analyze
-from leir.transforms import Step, apply, attention_without_scores, online_softmax, prefix_max, prefix_sum_exp, verify
-from leir.transforms import _rows
+from leir.transforms import Step, apply, verify
+from leir.transforms.steps import attention_without_scores, online_softmax, prefix_max, prefix_sum_exp
+from leir.transforms.lib import rows as _rows
 from leir.transforms.base import Context, NotApplicable, StaleStep
 from leir.transforms.testing import check_action, check_not_applicable
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from leir.document import load_leir
-from leir.transforms import BadStep, apply, bind
+from leir.transforms import BadStep, apply
+from leir.transforms.steps import bind
 from leir.transforms.base import Context, Step
 from leir.transforms.testing import check_action, check_not_applicable
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from leir.document import load_leir
-from leir.transforms import BadStep, StaleStep, apply, cache_write
+from leir.transforms import BadStep, StaleStep, apply
+from leir.transforms.steps import cache_write
 from leir.transforms.base import Context, Step
-from leir.transforms.cache_write import (
+from leir.transforms.steps.cache_write import (
     GuardedReduction,
     NotWritten,
     SeveralWriters,

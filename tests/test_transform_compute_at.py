@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from leir.transforms import TransformError, apply, compute_at
+from leir.transforms import TransformError, apply
+from leir.transforms.steps import compute_at
 from leir.transforms.base import Step
-from leir.transforms.compute_at import (
+from leir.transforms.steps.compute_at import (
     ConsumerOutside,
     Guarded,
     IndexNotLoops,

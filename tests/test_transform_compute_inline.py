@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from leir.transforms import compute_inline
-from leir.transforms.compute_inline import (
+from leir.transforms.steps import compute_inline
+from leir.transforms.steps.compute_inline import (
     Guarded,
     IndexNotLoops,
     NotComplete,

@@ -8,7 +8,7 @@ import pytest
 
 from leir.document import load_leir
 from leir.semantics import analyze
-from leir.transforms import decompose_reduction
+from leir.transforms.steps import decompose_reduction
 from leir.transforms.base import Context
 from leir.transforms.testing import check_action, check_not_applicable
 

@@ -12,7 +12,8 @@ import pytest
 from leir.document import load_leir
 from leir.printer import print_program
 from leir.semantics import analyze
-from leir.transforms import NotApplicable, Step, apply, fuse, reorder, verify
+from leir.transforms import NotApplicable, Step, apply, verify
+from leir.transforms.steps import fuse, reorder
 from leir.transforms.base import Context
 from leir.transforms.testing import check_action, check_not_applicable
 

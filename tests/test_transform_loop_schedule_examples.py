@@ -18,7 +18,8 @@ from leir import ast as A
 from leir.document import load_leir
 from leir.printer import print_program
 from leir.semantics import analyze
-from leir.transforms import NotApplicable, apply, bind, decompose_reduction, parallelize, rfactor, unroll, vectorize
+from leir.transforms import NotApplicable, apply
+from leir.transforms.steps import bind, decompose_reduction, parallelize, rfactor, unroll, vectorize
 from leir.transforms import verify
 from leir.transforms.base import Context
 from leir.transforms.testing import check_offered_exactly_when_check_passes

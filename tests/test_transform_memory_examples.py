@@ -13,7 +13,8 @@ import pytest
 
 from leir.document import load_leir
 from leir.semantics import analyze
-from leir.transforms import NotApplicable, apply, cache_read, cache_write, set_scope, storage_align, transform_layout
+from leir.transforms import NotApplicable, apply
+from leir.transforms.steps import cache_read, cache_write, set_scope, storage_align, transform_layout
 from leir.transforms import verify
 from leir.transforms.base import Context
 from leir.transforms.testing import check_offered_exactly_when_check_passes

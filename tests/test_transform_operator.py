@@ -16,7 +16,7 @@ import pytest
 from leir.document import load_leir
 from leir.printer import print_program
 from leir.transforms import apply, verify
-from leir.transforms import (
+from leir.transforms.steps import (
     common_subexpression_elimination as cse,
     dead_code_elimination as dce,
     expression_reorder,
@@ -925,7 +925,7 @@ def _families(ctx: Context, module) -> list[dict]:
     if module in (operator_fusion, tensor_concat):
         return [ctx.loop_ref(s) for s in sites]
     if module is operator_fission:
-        from leir.transforms.operator_fusion import equations_under, nest_places
+        from leir.transforms.steps.operator_fusion import equations_under, nest_places
 
         places = nest_places(ctx.program)
         return [{"block": ctx.block_names[equations_under(ctx, places[id(s.nest)].path + (k,))[0].index], "loop": s.loop.var}

@@ -12,9 +12,10 @@ from leir import ast as A
 from leir.document import load_leir
 from leir.printer import print_expr
 from leir.semantics import analyze
-from leir.transforms import TransformError, apply, precompute, verify
+from leir.transforms import TransformError, apply, verify
+from leir.transforms.steps import precompute
 from leir.transforms.base import Context, Step
-from leir.transforms.precompute import (
+from leir.transforms.steps.precompute import (
     Guarded,
     InCondition,
     NotInvariant,

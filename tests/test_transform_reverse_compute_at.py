@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from leir.transforms import reverse_compute_at
-from leir.transforms.reverse_compute_at import (
+from leir.transforms.steps import reverse_compute_at
+from leir.transforms.steps.reverse_compute_at import (
     Guarded,
     IndexNotLoops,
     IrregularWrite,

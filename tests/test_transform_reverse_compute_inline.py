@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from leir.transforms import reverse_compute_inline
-from leir.transforms.reverse_compute_inline import (
+from leir.transforms.steps import reverse_compute_inline
+from leir.transforms.steps.reverse_compute_inline import (
     Guarded,
     IndexNotLoops,
     NoProducer,

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from leir.document import load_leir
-from leir.transforms import BadStep, StaleStep, apply, set_scope
+from leir.transforms import BadStep, StaleStep, apply
+from leir.transforms.steps import set_scope
 from leir.transforms.base import Context, Step
-from leir.transforms.set_scope import (
+from leir.transforms.steps.set_scope import (
     NotOneKernel,
     NotPrivate,
     NotTemporary,

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from leir.document import load_leir
-from leir.transforms import BadStep, StaleStep, apply, storage_align
+from leir.transforms import BadStep, StaleStep, apply
+from leir.transforms.steps import storage_align
 from leir.transforms.base import Context, Step
-from leir.transforms.storage_align import BadAxis, NotExpressible, NotOnChip, NotTemporary
+from leir.transforms.steps.storage_align import BadAxis, NotExpressible, NotOnChip, NotTemporary
 from leir.transforms.testing import check_not_applicable
 
 TILE = """\

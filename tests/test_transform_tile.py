@@ -12,7 +12,8 @@ import pytest
 
 from leir.document import load_leir
 from leir.semantics import analyze
-from leir.transforms import NotApplicable, apply, reorder, tile, verify
+from leir.transforms import NotApplicable, apply, verify
+from leir.transforms.steps import reorder, tile
 from leir.transforms.base import Context
 from leir.transforms.testing import check_action, check_not_applicable
 

@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 
 from leir.document import load_leir
-from leir.transforms import BadStep, StaleStep, apply, transform_layout
+from leir.transforms import BadStep, StaleStep, apply
+from leir.transforms.steps import transform_layout
 from leir.transforms.base import Context, Step
 from leir.transforms.testing import check_action, check_not_applicable
-from leir.transforms.transform_layout import BadTile, NotTemporary, RankTooLow
+from leir.transforms.steps.transform_layout import BadTile, NotTemporary, RankTooLow
 
 GEMM_RELU = """\
 L^{16}_{i}

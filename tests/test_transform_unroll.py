@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from leir.transforms import unroll
+from leir.transforms.steps import unroll
 from leir.transforms.testing import check_action, check_not_applicable
 
 WINDOW = """\

@@ -12,7 +12,7 @@ from leir import transforms
 from leir.document import load_leir
 from leir.printer import print_program
 from leir.transforms import BadStep, StaleStep, Step, UnknownTransform, apply, candidates, replay
-from leir.transforms.split import WrongFactors
+from leir.transforms.steps.split import WrongFactors
 
 SOFTMAX = """\
 # row softmax

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from leir.document import MAX_DOCUMENT_BYTES
-from leir.watch import Debouncer, Row, Suggestion, Watcher
+from leir.watch import Debouncer, NextStep, Row, Watcher
 from programs import SCALE_TVMSCRIPT
 
 SCALE = """\
@@ -540,11 +540,11 @@ def test_the_line_log_prints_a_line_per_changed_row():
 
     out, table = io.StringIO(), Table()
     log = LineLog(out)
-    table.table = [Row("a.leir", "a", suggestions=[Suggestion({"id": "split", "args": {}}, "Split loop i by 8")])]
+    table.table = [Row("a.leir", "a", suggestions=[NextStep({"id": "split", "args": {}}, "Split loop i by 8")])]
     log(table)
     log(table)  # nothing changed: nothing printed
     table.table = [Row("a.leir", "a", latency_ms=2.0, latency_status="measured",
-                       suggestions=[Suggestion({"id": "split", "args": {}}, "Split loop i by 8", latency_ms=1.0,
+                       suggestions=[NextStep({"id": "split", "args": {}}, "Split loop i by 8", latency_ms=1.0,
                                                status="measured")])]
     log(table)
     table.table = []

@@ -45,7 +45,7 @@ first use."""
 from leir.tvmscript.discovery import FileScope, KernelKind, KernelSource, find_kernels
 from leir.tvmscript.loading import ParsedKernel, TVMScriptDocument, load_document, parse_kernel
 from leir.tvmscript.screen import screen_kernel
-from leir.tvmscript.splice import print_kernel, replace_kernel
+from leir.tvmscript.replace import print_kernel, replace_kernel
 
 __all__ = [
     "FileScope",

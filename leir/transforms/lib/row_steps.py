@@ -2,7 +2,7 @@
 ``RunningRow``, the running maximum and sum of online softmax (attention
 without scores keeps them too), and ``prefix_max_items``, the running
 maximum of ``prefix_max`` (``prefix_sum_exp`` starts from it). Both build
-on ``leir.transforms._rows``.
+on ``leir.transforms.lib.rows``.
 
 Moved out of ``online_softmax`` and ``prefix_max``, which import them back.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from leir import ast as A
-from leir.transforms import _rows as R
+from leir.transforms.lib import rows as R
 
 
 class RunningRow:

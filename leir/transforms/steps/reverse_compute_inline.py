@@ -64,7 +64,7 @@ from __future__ import annotations
 from leir import affine
 from leir import ast as A
 from leir.semantics import EquationInfo
-from leir.transforms._producer_consumer import (
+from leir.transforms.lib.producer_consumer import (
     access_text, check_block, complete_refusal, dataflow, eq_text, stage_pipeline_refusal, write_index_problem,
 )
 from leir.transforms.applying import apply_transform

@@ -41,7 +41,7 @@ Example: a sum with nothing in common stays as it is
 
 from __future__ import annotations
 
-from leir.transforms import algebra
+from leir.transforms.lib import algebra
 
 ID = "factorization"
 GROUP = "algebraic"

@@ -54,7 +54,7 @@ Example: nothing to split without a fraction
 
 from __future__ import annotations
 
-from leir.transforms import algebra
+from leir.transforms.lib import algebra
 from leir.transforms.base import NotApplicable
 
 ID = "expand_cancellation"

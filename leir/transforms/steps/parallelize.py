@@ -77,7 +77,7 @@ from __future__ import annotations
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, loop_arg, tvm_loop
 # Moved to the shared library; imported back so that they still read as
-# parallelize's (``from leir.transforms.parallelize import KIND_NAMES``).
+# parallelize's (``from leir.transforms.steps.parallelize import KIND_NAMES``).
 from leir.transforms.lib.loop_kinds import (  # noqa: F401
     KIND_NAMES,
     MAX_ENUMERATED,

@@ -51,7 +51,7 @@ Example: the max-subtraction of a softmax stays
 
 from __future__ import annotations
 
-from leir.transforms import algebra
+from leir.transforms.lib import algebra
 from leir.transforms.base import NotApplicable
 
 ID = "expand_powsimp"

@@ -44,7 +44,7 @@ Example: a denominator in two tensors
 from __future__ import annotations
 
 from leir import ast as A
-from leir.transforms import algebra
+from leir.transforms.lib import algebra
 from leir.transforms.base import NotApplicable
 
 ID = "apart"

@@ -107,7 +107,7 @@ from dataclasses import dataclass
 
 from leir import ast as A
 from leir.semantics import EquationInfo
-from leir.transforms import _rows as R
+from leir.transforms.lib import rows as R
 from leir.transforms.base import Candidate, Context
 from leir.transforms.lib.row_steps import RunningRow
 

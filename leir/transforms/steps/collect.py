@@ -44,7 +44,7 @@ Example: no two terms share a factor
 
 from __future__ import annotations
 
-from leir.transforms import algebra
+from leir.transforms.lib import algebra
 
 ID = "collect"
 GROUP = "algebraic"

@@ -66,7 +66,7 @@ Example: too long to unroll
 
 from __future__ import annotations
 
-from leir.transforms import _loop_kinds as K
+from leir.transforms.lib import kind_change as K
 from leir.transforms.base import Context, LoopSite, NotApplicable
 from leir.transforms.lib.loop_kinds import KIND_NAMES
 

@@ -77,7 +77,7 @@ from __future__ import annotations
 
 from leir import ast as A
 from leir.semantics import EquationInfo
-from leir.transforms import _rows as R
+from leir.transforms.lib import rows as R
 from leir.transforms.base import Candidate, Context
 from leir.transforms.lib.row_steps import prefix_max_items
 

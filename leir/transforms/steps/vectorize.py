@@ -69,7 +69,7 @@ Example: not a reduction axis
 from __future__ import annotations
 
 from leir import ast as A
-from leir.transforms import _loop_kinds as K
+from leir.transforms.lib import kind_change as K
 from leir.transforms.base import Context, LoopSite, NotApplicable
 from leir.transforms.lib.loop_kinds import GPU_LANES, KIND_NAMES, concurrency_problem, kind_loops
 

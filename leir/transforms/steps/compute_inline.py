@@ -81,7 +81,7 @@ from __future__ import annotations
 
 from leir import ast as A
 from leir.semantics import EquationInfo
-from leir.transforms._producer_consumer import check_block, complete_refusal, dataflow, eq_text, stage_pipeline_refusal
+from leir.transforms.lib.producer_consumer import check_block, complete_refusal, dataflow, eq_text, stage_pipeline_refusal
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, NotApplicable, Step
 

@@ -54,7 +54,7 @@ Example: inputs may be negative
 
 from __future__ import annotations
 
-from leir.transforms import algebra
+from leir.transforms.lib import algebra
 from leir.transforms.base import NotApplicable
 
 ID = "expand_log"

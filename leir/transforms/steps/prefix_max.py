@@ -53,7 +53,7 @@ from __future__ import annotations
 
 from leir import ast as A
 from leir.semantics import EquationInfo
-from leir.transforms import _rows as R
+from leir.transforms.lib import rows as R
 from leir.transforms.base import Candidate, Context
 from leir.transforms.lib.row_steps import PrefixItems, prefix_max_items  # noqa: F401 - also here, where callers found them
 

@@ -45,7 +45,7 @@ Example: integer arithmetic is not rewritten
 
 from __future__ import annotations
 
-from leir.transforms import algebra
+from leir.transforms.lib import algebra
 
 ID = "expand_factorization"
 GROUP = "algebraic"

@@ -40,7 +40,7 @@ Example: a single power has nothing to combine with
 
 from __future__ import annotations
 
-from leir.transforms import algebra
+from leir.transforms.lib import algebra
 
 ID = "powsimp"
 GROUP = "algebraic"

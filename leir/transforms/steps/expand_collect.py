@@ -44,7 +44,7 @@ Example: a product of two sums is for expand_factorization
 
 from __future__ import annotations
 
-from leir.transforms import algebra
+from leir.transforms.lib import algebra
 
 ID = "expand_collect"
 GROUP = "algebraic"

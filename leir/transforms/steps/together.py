@@ -53,7 +53,7 @@ Example: nothing to combine without a fraction
 
 from __future__ import annotations
 
-from leir.transforms import algebra
+from leir.transforms.lib import algebra
 from leir.transforms.base import NotApplicable
 
 ID = "together"

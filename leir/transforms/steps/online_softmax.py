@@ -81,7 +81,7 @@ Example: the max and the sum over different loops are refused
 from __future__ import annotations
 
 from leir import ast as A
-from leir.transforms import _rows as R
+from leir.transforms.lib import rows as R
 from leir.transforms.base import Candidate, Context
 from leir.transforms.lib.row_steps import RunningRow
 

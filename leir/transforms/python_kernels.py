@@ -44,7 +44,7 @@ import numpy as np
 from leir import ast as A
 from leir.ast import Span
 from leir.inputs import SEEDS, seed_inputs
-from leir.raise_tir import RaiseError, _Raiser
+from leir.raise_tir import RaiseError, Raiser
 from leir.semantics import Analysis, analyze
 from leir.transforms.base import Candidate, Context, NotApplicable, StaleStep, Step, TransformError, TvmRefused
 from leir.transforms.verify import Verification
@@ -83,7 +83,7 @@ class _Origin:
     loops: tuple[tuple[str, str], ...]
 
 
-class _TrackingRaiser(_Raiser):
+class _TrackingRaiser(Raiser):
     """``raise_func`` that remembers each equation's TIR block and loops."""
 
     def __init__(self, func):

@@ -15,7 +15,7 @@ import pytest
 
 from leir.transforms import Step
 from leir.transforms.base import StaleStep
-from leir.transforms.tvmscript import (
+from leir.transforms.python_kernels import (
     KernelError,
     NameNotTranslatable,
     load_kernel,

@@ -99,7 +99,7 @@ from __future__ import annotations
 from leir import affine
 from leir import ast as A
 from leir.semantics import EquationInfo
-from leir.transforms._producer_consumer import (
+from leir.transforms.lib.producer_consumer import (
     Interval, access_text, attach_candidates, attach_check, attach_tidy, box_union, complete_refusal, dataflow,
     disjoint_dims, encloses_refusal, eq_text, kernel_loop_refusal, region_misfit, relaxed_ranges,
     stage_pipeline_refusal, thread_relaxes, write_index_problem,
