@@ -6,7 +6,7 @@ open one and the one a request may still be reading).
     python bench/gc_thresholds.py                  # Python's defaults, then the server's
 
 Prints p50 / p95 / max in ms for each setting; each runs in a fresh process
-so one's heap does not shape the other's. server/warm_up.py sets the
+so one's heap does not shape the other's. server/leir_server/warm_up.py sets the
 thresholds this compares (GC_THRESHOLDS), after gc.freeze().
 """
 

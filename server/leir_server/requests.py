@@ -77,7 +77,7 @@ TVMSCRIPT_BUDGET_S = 60.0
 #: Past the budget, how long the loop still waits for a thread that has not
 #: reached a checkpoint before it answers without it.
 GRACE_S = 0.25
-#: Threads for requests: apart from the checks' threads (server/diagnostics.py)
+#: Threads for requests: apart from the checks' threads (diagnostics.py)
 #: and asyncio's default pool, so that requests stuck behind a slow shared
 #: parse never hold up either.
 THREADS = 4
