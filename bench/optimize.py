@@ -36,7 +36,7 @@ DEFAULT_WORKLOADS = ("matmul", "batched_matmul", "gemm_bias_relu", "conv2d", "so
 def retime(measurer, naive, final, rounds: int = 3) -> tuple[float, float]:
     """The naive and the final program timed turn about (``measure_pair``:
     the engine's paired comparison, or the fallback's)."""
-    from leir.optimize import measure_pair
+    from leir.measuring import measure_pair
 
     p = measure_pair(measurer, naive, final, rounds)
     if not p.ok:
@@ -55,7 +55,8 @@ def main(argv=None) -> int:
 
     from leir.document import load_program
     from leir.measure import vendor_latency
-    from leir.optimize import default_measurer, optimize
+    from leir.measuring import default_measurer
+    from leir.optimize import optimize
     from leir.semantics import analyze
 
     measurer = default_measurer("llvm")

@@ -6,7 +6,7 @@ of the machine's load:
 
 - ``engine``: ``MeasurementEngine.measure(use_cache=False)`` (a worker
   process; calibrated calls per run, 7 runs of at least 10 ms; median);
-- ``fallback``: ``leir.optimize.FallbackMeasurer`` in this process
+- ``fallback``: ``leir.measuring.FallbackMeasurer`` in this process
   (``time_evaluator`` with ``number=1``, 5 runs of at least 20 ms; median);
 - ``in-process``: the engine's own protocol (``leir.measure.timing.
   time_module``) run in this process.
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
 
     from leir.document import load_program
     from leir.measure import MeasurementEngine
-    from leir.optimize import FallbackMeasurer
+    from leir.measuring import FallbackMeasurer
 
     fallback = FallbackMeasurer()
     print("| workload | engine ms | fallback ms | in-process ms | fallback / engine | in-process / engine "

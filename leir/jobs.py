@@ -220,15 +220,17 @@ class _Cancelled(Exception):
 
 @dataclass
 class _ProxyMeasurer:
-    """A ``leir.optimize.Measurer`` that asks the parent process to measure
+    """A ``leir.measuring.Measurer`` that asks the parent process to measure
     (its measurement engine owns the workers and the cache), and remembers
     every answer: a program asked for twice is measured once."""
 
     conn: Any
     known: dict[str, Any] = field(default_factory=dict)
+    #: How a search's result names its measurer.
+    name = "MeasurementEngine (server)"
 
     def __call__(self, analyses):
-        from leir.optimize import Timing
+        from leir.measuring import Timing
         from leir.printer import print_program
 
         texts = [print_program(a.complete_program()) for a in analyses]
@@ -245,10 +247,10 @@ class _ProxyMeasurer:
 
 class _PairingProxyMeasurer(_ProxyMeasurer):
     """A proxy whose parent's engine can also time two programs turn about
-    without its cache (``leir.optimize.measure_pair`` uses ``paired``)."""
+    without its cache (``leir.measuring.measure_pair`` uses ``paired``)."""
 
     def paired(self, before, after, rounds: int):
-        from leir.optimize import Paired
+        from leir.measuring import Paired
         from leir.printer import print_program
 
         self.conn.send(("paired", print_program(before.complete_program()), print_program(after.complete_program()),
@@ -270,11 +272,9 @@ def optimize_child(conn, text: str, language: str, kernel: str | None, options: 
       ``("step", step_json, program_text)`` for each step kept, as it is kept;
     - ends with ``("done", result_json)`` or ``("failed", Failure)``.
 
-    ``options``: steps, budget, strategy, target, seed. The greedy strategy
-    runs one step per search so that each kept step is sent at once: each
-    search starts from the last kept program, may spend all of the budget
-    left, and the programs already measured cost nothing again. The other
-    strategies send their steps when the search ends."""
+    ``options``: steps, budget, strategy, target, seed: the search is the
+    one ``leir optimize`` runs. Greedy sends each step as it keeps it, beam
+    and MCTS theirs once the final program's gain is confirmed."""
     try:
         conn.send(_optimize(conn, text, language, kernel, options))
     except _Cancelled:
@@ -286,10 +286,8 @@ def optimize_child(conn, text: str, language: str, kernel: str | None, options: 
 
 
 def _optimize(conn, text: str, language: str, kernel: str | None, options: dict):
-    from leir import transforms
-    from leir.optimize import CONFIRM_COST, Result, optimize
+    from leir.optimize import optimize
     from leir.printer import print_program
-    from leir.semantics import analyze
 
     if language == "leir":
         from leir.document import load_leir
@@ -314,61 +312,18 @@ def _optimize(conn, text: str, language: str, kernel: str | None, options: dict)
     strategy = options.get("strategy", "greedy")
     target = options.get("target", "llvm")
     seed = int(options.get("seed", 0))
-    if budget < 2:
-        return ("failed", Failure("bad-options", f"budget {budget}: at least 2 (the start and one candidate)"))
     measurer = (_PairingProxyMeasurer if options.get("paired") else _ProxyMeasurer)(conn)
 
     def progress(message: str) -> None:
         conn.send(("progress", message))
 
-    def kept(before, step, after, record: dict) -> None:
+    def kept(before, step, after, record) -> None:
         _record(before, step, after, "leir")
-        conn.send(("step", record, print_program(after.program)))
+        conn.send(("step", record.to_json(), print_program(after.program)))
 
-    if strategy != "greedy":
-        result = optimize(start, steps=steps, budget=budget, strategy=strategy, target=target, measurer=measurer,
-                          seed=seed, progress=progress)
-        current = start
-        for s, record in zip(result.trace, result.steps):
-            after = analyze(transforms.apply(current, s))
-            kept(current, s, after, record.to_json())
-            current = after
-        return ("done", result.to_json())
-    current, taken, trajectory = start, [], []
-    start_ms, stop, confirmations, unconfirmed = None, "", 0, 0
-
-    def spent() -> int:
-        # As the search counts: distinct programs, and each paired confirmation.
-        return len(measurer.known) + CONFIRM_COST * confirmations
-
-    while len(taken) < steps:
-        # The start of each search is already measured: it costs no budget again.
-        left = budget - spent() + (1 if measurer.known else 0)
-        if left < 2:
-            stop = "budget spent"
-            break
-        last = optimize(current, steps=1, budget=left, strategy="greedy", target=target, measurer=measurer,
-                        seed=seed + len(taken), progress=progress)
-        confirmations += last.confirmations
-        unconfirmed += last.unconfirmed
-        if start_ms is None:
-            start_ms = last.start_ms
-        stop = last.stop_reason
-        if not last.steps:
-            break
-        after = analyze(last.final)
-        kept(current, last.trace[0], after, last.steps[0].to_json())
-        taken.append(last.trace[0])
-        trajectory.extend(last.steps)
-        current = after
-    if start_ms is None:  # never searched: time the start alone
-        start_ms = measurer([start])[0].ms
-        if start_ms is None:
-            return ("failed", Failure("error", "cannot time the starting program"))
-    final = Result(start_ms, trajectory, current.program, "greedy", target, spent(), budget,
-                   sum(t.cached for t in measurer.known.values()), stop or f"{steps} steps taken",
-                   "MeasurementEngine (server)", confirmations=confirmations, unconfirmed=unconfirmed)
-    return ("done", final.to_json())
+    result = optimize(start, steps=steps, budget=budget, strategy=strategy, target=target, measurer=measurer,
+                      seed=seed, progress=progress, on_kept=kept)
+    return ("done", result.to_json())
 
 
 def timing_json(m) -> tuple[float | None, str | None, bool]:

@@ -40,39 +40,39 @@ not the cache is warm; the summary says how many were cache hits (free in
 time, not in budget). Programs that fail to apply are never measured and cost
 nothing; a build or run failure costs one measurement.
 
-**Measurement** goes through a ``Measurer``: a callable taking analysed
-programs and returning a ``Timing`` each. ``default_measurer`` uses the
-measurement engine (``leir.measure``) when it is importable, and otherwise
-``FallbackMeasurer``, an in-process compile and ``time_evaluator`` loop.
+**Measurement** goes through a ``leir.measuring.Measurer``: a callable
+taking analysed programs and returning a ``Timing`` each.
+``default_measurer`` uses the measurement engine (``leir.measure``) when it
+is importable, and otherwise ``FallbackMeasurer``, an in-process compile and
+``time_evaluator`` loop.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import random
-import statistics
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from leir import ast as A
 from leir.errors import LeirError
+from leir.measuring import (  # MIN_GAIN and CONFIRM_ROUNDS: the thresholds the search's docstring explains
+    CONFIRM_ROUNDS, MIN_GAIN, Measurer, Paired, Timing, default_measurer, measure_pair,
+)
 from leir.ranking import (  # noqa: F401  (the ranking is also imported from here)
     SEARCHED, HeuristicRanker, Ranked, Ranker, access_strides, pick, rank, score_step,
 )
 from leir.semantics import Analysis, analyze
 
+if TYPE_CHECKING:
+    from leir.transforms import Step
+
 STRATEGIES = ("greedy", "beam", "mcts")
 TARGETS = ("llvm", "cuda")
 
-#: A step is an improvement only when it is at least this much faster:
-#: repeated timings of one program on this machine differ by about 1-2%.
-MIN_GAIN = 0.03
 #: Measured candidates per round when the budget allows more (greedy, beam).
 MAX_PER_ROUND = 8
-#: Rounds of a paired confirmation (each times the current program, then the candidate).
-CONFIRM_ROUNDS = 3
 #: What a confirmation costs in the budget: two programs built and timed again.
 CONFIRM_COST = 2
 #: The smallest budget a search can use: the start, one candidate and its
@@ -89,204 +89,6 @@ UCT_C = math.sqrt(2)
 
 class OptimizeError(LeirError):
     """Bad arguments to the search, or a starting program it cannot time."""
-
-
-# ------------------------------------------------------------ measuring
-
-
-@dataclass(frozen=True)
-class Timing:
-    """One measured program: its median latency, or why there is none."""
-
-    ms: float | None
-    error: str | None = None
-    #: Answered from a cache rather than timed now.
-    cached: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.ms is not None
-
-
-#: Times each program of a batch (a batch lets an engine use its workers).
-#: A measurer may also have ``paired(before, after, rounds) -> Paired``, a
-#: comparison timed turn about without any cache (``measure_pair``).
-Measurer = Callable[[Sequence[Analysis]], list[Timing]]
-
-
-@dataclass(frozen=True)
-class Paired:
-    """Two programs timed turn about: every run of each (ms), and the median
-    of each round."""
-
-    before_runs: tuple[float, ...]
-    after_runs: tuple[float, ...]
-    before_rounds: tuple[float, ...]
-    after_rounds: tuple[float, ...]
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and bool(self.before_runs) and bool(self.after_runs)
-
-    @property
-    def rounds(self) -> int:
-        return len(self.before_rounds)
-
-    @property
-    def before_ms(self) -> float:
-        return statistics.median(self.before_runs)
-
-    @property
-    def after_ms(self) -> float:
-        return statistics.median(self.after_runs)
-
-    def confirms(self, min_gain: float = MIN_GAIN) -> bool:
-        """The second program is faster beyond the noise: its fastest run and
-        its median both at least ``min_gain`` better than the first's, and
-        faster in every round."""
-        if not self.ok:
-            return False
-        keep = 1 - min_gain
-        return (min(self.after_runs) < min(self.before_runs) * keep and self.after_ms < self.before_ms * keep
-                and all(a < b for b, a in zip(self.before_rounds, self.after_rounds)))
-
-
-def measure_pair(measurer: Measurer, before: Analysis, after: Analysis, rounds: int = CONFIRM_ROUNDS) -> Paired:
-    """Time ``before`` and ``after`` turn about: the measurer's own
-    ``paired`` when it has one (the engine's compare: one worker, fresh
-    builds), else ``rounds`` rounds of one call per program (a measurer
-    without ``paired`` is taken to have no cache)."""
-    if hasattr(measurer, "paired"):
-        return measurer.paired(before, after, rounds)
-    b_runs, a_runs = [], []
-    for _ in range(rounds):
-        [tb] = measurer([before])
-        [ta] = measurer([after])
-        if not (tb.ok and ta.ok):
-            return Paired((), (), (), (), tb.error or ta.error)
-        b_runs.append(tb.ms)
-        a_runs.append(ta.ms)
-    return Paired(tuple(b_runs), tuple(a_runs), tuple(b_runs), tuple(a_runs))
-
-
-class FallbackMeasurer:
-    """FALLBACK measurer, used only when ``leir.measure`` (the measurement
-    engine, with its worker processes and SQLite cache) is not importable:
-    builds in this process with ``leir.run.compile_program`` and times with
-    TVM's ``time_evaluator``: ``repeat`` runs of at least ``min_repeat_ms``
-    each (after one warm-up call), median of their per-call means."""
-
-    def __init__(self, target: str = "llvm", repeat: int = 5, min_repeat_ms: int = 20):
-        self.target = target
-        self.repeat = repeat
-        self.min_repeat_ms = min_repeat_ms
-
-    def __call__(self, analyses: Sequence[Analysis]) -> list[Timing]:
-        return [self.one(a) for a in analyses]
-
-    def one(self, analysis: Analysis) -> Timing:
-        import tvm
-
-        from leir.inputs import random_inputs, zeros
-        from leir.run import compile_program
-
-        try:
-            compiled = compile_program(analysis, self.target)
-            inputs = random_inputs(analysis, 0)
-            dev = compiled.device
-            args = [tvm.runtime.tensor(inputs[t.name], dev) for t in analysis.inputs()]
-            args += [tvm.runtime.tensor(zeros(t), dev) for t in analysis.outputs()]
-            timer = compiled.module.time_evaluator("main", dev, number=1, repeat=self.repeat,
-                                                   min_repeat_ms=self.min_repeat_ms)
-            compiled.module["main"](*args)  # warm-up: first-touch page faults, thread pool start
-            seconds = list(timer(*args).results)
-            return Timing(statistics.median(seconds) * 1e3)
-        except LeirError as e:
-            return Timing(None, str(e))
-        except Exception as e:  # TVM reports runtime faults as assorted types
-            return Timing(None, f"{type(e).__name__}: {e}".splitlines()[0])
-
-    def paired(self, before: Analysis, after: Analysis, rounds: int = CONFIRM_ROUNDS) -> Paired:
-        """Both programs built once, then timed turn about, ``rounds`` rounds
-        of ``repeat`` runs each."""
-        try:
-            timers = [self._timer(a) for a in (before, after)]
-            runs: list[list[list[float]]] = [[], []]
-            for _ in range(rounds):
-                for k, timer in enumerate(timers):
-                    runs[k].append([s * 1e3 for s in timer()])
-        except LeirError as e:
-            return Paired((), (), (), (), str(e))
-        except Exception as e:  # noqa: BLE001 - TVM reports runtime faults as assorted types
-            return Paired((), (), (), (), f"{type(e).__name__}: {e}".splitlines()[0])
-        flat = [tuple(x for r in side for x in r) for side in runs]
-        medians = [tuple(statistics.median(r) for r in side) for side in runs]
-        return Paired(flat[0], flat[1], medians[0], medians[1])
-
-    def _timer(self, analysis: Analysis) -> Callable[[], list[float]]:
-        import tvm
-
-        from leir.inputs import random_inputs, zeros
-        from leir.run import compile_program
-
-        compiled = compile_program(analysis, self.target)
-        inputs = random_inputs(analysis, 0)
-        dev = compiled.device
-        args = [tvm.runtime.tensor(inputs[t.name], dev) for t in analysis.inputs()]
-        args += [tvm.runtime.tensor(zeros(t), dev) for t in analysis.outputs()]
-        compiled.module["main"](*args)  # warm-up
-        timer = compiled.module.time_evaluator("main", dev, number=1, repeat=self.repeat,
-                                               min_repeat_ms=self.min_repeat_ms)
-        return lambda: list(timer(*args).results)
-
-
-class EngineMeasurer:
-    """The measurement engine (``leir.measure.MeasurementEngine``) as a
-    ``Measurer``: a batch goes through ``measure_many`` (its workers build
-    in parallel; timings take the CPU alone), results come from its SQLite
-    cache when it has them. The engine also checks every program against
-    the NumPy evaluation; a wrong one comes back as a failure."""
-
-    def __init__(self, engine, workload: Analysis | None = None):
-        self.engine = engine
-        self.workload = workload
-
-    def __call__(self, analyses: Sequence[Analysis]) -> list[Timing]:
-        out = []
-        for m in self.engine.measure_many(list(analyses)):
-            if m.error is not None or m.median_ms is None:
-                out.append(Timing(None, str(m.error or "no latency"), bool(m.cached)))
-            else:
-                out.append(Timing(float(m.median_ms), None, bool(m.cached)))
-        return out
-
-    def paired(self, before: Analysis, after: Analysis, rounds: int = CONFIRM_ROUNDS) -> Paired:
-        """The engine's ``compare``: one worker builds both, checks both
-        against the NumPy evaluation, times them turn about; no cache."""
-        p = self.engine.compare(before, after, rounds=rounds).result()
-        if not p.ok:
-            return Paired((), (), (), (), str(p.error))
-        return Paired(tuple(p.before.results_ms), tuple(p.after.results_ms), tuple(p.before_rounds_ms),
-                      tuple(p.after_rounds_ms))
-
-    def close(self) -> None:
-        self.engine.close()
-
-
-def default_measurer(target: str = "llvm") -> Measurer:
-    """The measurement engine for ``target``; the in-process fallback when
-    ``leir.measure`` is not importable or ``LEIR_MEASURE=fallback``."""
-    if os.environ.get("LEIR_MEASURE") != "fallback":
-        try:
-            from leir.measure import MeasurementEngine
-        except ImportError:
-            pass
-        else:
-            # No vendor timing per candidate: the search compares candidates
-            # with each other, and the vendor figure is the workload's, not theirs.
-            return EngineMeasurer(MeasurementEngine(target, vendor=False))
-    return FallbackMeasurer(target)
 
 
 # ------------------------------------------------------------ states
@@ -311,6 +113,8 @@ class State:
     verify_note: str = ""
     #: The paired re-timing against ``parent`` that confirmed this step.
     paired: Paired | None = None
+    #: This step as the trajectory shows it (``_record``), made once.
+    record: "TrajectoryStep | None" = None
 
     @property
     def program(self) -> A.Program:
@@ -496,14 +300,23 @@ def _reasoning(r: Ranked, before: float, after: float, verify_note: str, state: 
     return text
 
 
-def _trajectory(final: State, target: str = "llvm") -> list[TrajectoryStep]:
+def _chain(final: State) -> list[State]:
+    """The states from the start's first child to ``final``."""
     chain = []
     s = final
     while s.parent is not None:
         chain.append(s)
         s = s.parent
-    out = []
-    for s in reversed(chain):
+    return chain[::-1]
+
+
+def _trajectory(final: State, target: str = "llvm") -> list[TrajectoryStep]:
+    return [_record(s, target) for s in _chain(final)]
+
+
+def _record(s: State, target: str = "llvm") -> TrajectoryStep:
+    """The step that led to ``s``, with its latencies and reasoning."""
+    if s.record is None:
         step, r = s.trace[-1]
         # A confirmed step's figures are its paired re-timing (both sides timed
         # turn about, at one moment); beam's and mcts's intermediate steps
@@ -513,18 +326,31 @@ def _trajectory(final: State, target: str = "llvm") -> list[TrajectoryStep]:
         if s.paired is not None:
             reasoning += (f" Confirmed by {s.paired.rounds} paired rounds timed turn about (fastest run "
                           f"{min(s.paired.before_runs):.3g} ms -> {min(s.paired.after_runs):.3g} ms).")
-        out.append(TrajectoryStep(step.id, step.args, before, after, before / after, reasoning))
-    return out
+        s.record = TrajectoryStep(step.id, step.args, before, after, before / after, reasoning)
+    return s.record
+
+
+#: Told of each step the search keeps: ``(before, step, after, record)``,
+#: the analysed programs around the step and its trajectory record.
+OnKept = Callable[[Analysis, "Step", Analysis, TrajectoryStep], None]
+
+
+def _tell(on_kept: OnKept | None, s: State, target: str) -> None:
+    if on_kept is not None:
+        on_kept(s.parent.analysis, s.trace[-1][0], s.analysis, _record(s, target))
 
 
 def optimize(analysis: Analysis, steps: int = 4, budget: int | None = None, strategy: str = "greedy",
              target: str = "llvm", measurer: Measurer | None = None, seed: int = 0, beam_width: int = 3,
              iterations: int = 10, progress: Callable[[str], None] | None = None,
-             ranker: Ranker | None = None) -> Result:
+             ranker: Ranker | None = None, on_kept: OnKept | None = None) -> Result:
     """Search for at most ``steps`` verified steps using at most ``budget``
     measurements (default 6 per step, the start included; a paired
     confirmation counts ``CONFIRM_COST``), trying the steps in the order of
-    ``ranker`` (``leir.ranking``; the heuristic by default)."""
+    ``ranker`` (``leir.ranking``; the heuristic by default). ``on_kept``
+    hears of each step kept: greedy's as it keeps it, beam's and MCTS's
+    once the final program's gain is confirmed (before that, none is
+    kept)."""
     if strategy not in STRATEGIES:
         raise OptimizeError(f"unknown strategy {strategy!r}: expected one of {', '.join(STRATEGIES)}")
     if target not in TARGETS:
@@ -553,7 +379,7 @@ def optimize(analysis: Analysis, steps: int = 4, budget: int | None = None, stra
         rng = random.Random(seed)
         final_check = None
         if strategy == "greedy":
-            best, reason = _greedy(start, steps, meter, rng, target, ranker=ranker)
+            best, reason = _greedy(start, steps, meter, rng, target, ranker=ranker, on_kept=on_kept)
         else:
             search = {"beam": _beam, "mcts": _mcts}[strategy]
             meter.limit -= CONFIRM_COST  # kept for the final confirmation
@@ -561,12 +387,14 @@ def optimize(analysis: Analysis, steps: int = 4, budget: int | None = None, stra
                                   ranker=ranker)
             meter.limit += CONFIRM_COST
             best, reason, final_check = _confirm_final(start, best, meter, reason)
+            for s in _chain(best):
+                _tell(on_kept, s, target)
     finally:
         if owned and hasattr(measurer, "close"):
             measurer.close()
     return Result(start.ms, _trajectory(best, target), best.program, strategy, target, meter.used, budget,
-                  meter.cache_hits, reason, type(measurer).__name__, meter.confirmations, meter.unconfirmed,
-                  final_check)
+                  meter.cache_hits, reason, getattr(measurer, "name", type(measurer).__name__), meter.confirmations,
+                  meter.unconfirmed, final_check)
 
 
 def _per_round(meter: Budget, rounds_left: int, reserve: int = 0) -> int:
@@ -576,7 +404,7 @@ def _per_round(meter: Budget, rounds_left: int, reserve: int = 0) -> int:
 
 
 def _greedy(start: State, steps: int, meter: Budget, rng: random.Random, target: str, ranker: Ranker | None = None,
-            **_) -> tuple[State, str]:
+            on_kept: OnKept | None = None, **_) -> tuple[State, str]:
     """Each round measures the next best-ranked untried steps of the current
     program; the fastest verified one that looks ``MIN_GAIN`` faster is
     re-timed against the current program turn about (``Budget.confirm``) and
@@ -618,6 +446,7 @@ def _greedy(start: State, steps: int, meter: Budget, rng: random.Random, target:
             # From now on the current program's latency is the one the
             # comparison measured for it, not its screening figure.
             kept.ms = kept.paired.after_ms
+            _tell(on_kept, kept, target)
             current, taken, tried = kept, taken + 1, set()
     return current, f"{steps} steps taken"
 

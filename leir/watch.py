@@ -45,13 +45,17 @@ import logging
 import os
 import threading
 import time
-from concurrent.futures import CancelledError, Future
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
 from leir.errors import LeirError
+#: REFUSED: the status of a program (and of its steps) that the memory budget
+#: keeps from being verified, run or measured (``leir.footprint``): nothing
+#: was built, and no measurement of the budget was spent on it.
+from leir.measuring import REFUSED, EngineMeasurer, TopStepsPlan
 
 logger = logging.getLogger(__name__)
 
@@ -145,12 +149,6 @@ class Row:
         }
 
 
-#: The status of a program (and of its steps) that the memory budget keeps
-#: from being verified, run or measured (``leir.footprint``): nothing was
-#: built, and no measurement of the budget was spent on it.
-REFUSED = "refused"
-
-
 def _failed(status: str) -> bool:
     return status.startswith(("failed", "verification failed", "not applicable", REFUSED))
 
@@ -194,50 +192,6 @@ class Debouncer:
 
 
 # ------------------------------------------------------------------ measuring
-
-
-class Measurer:
-    """What the watcher needs of a measurement engine: cached latencies
-    (``leir.suggest.MeasuredLookup``: the measurement cache and the programs
-    verified steps produced), a submission, and a place to remember what a
-    verified step produced. Wraps ``MeasurementEngine``; tests pass their own."""
-
-    def __init__(self, engine, measured=None):
-        from leir.suggest import MeasuredLookup
-
-        self.engine = engine
-        self.target = engine.target
-        self.device = engine.device
-        #: A ``MeasuredLookup`` (None without a cache): what ``leir.suggest`` reads.
-        self.measured = measured if measured is not None else MeasuredLookup.for_engine(engine)
-
-    def lookup(self, analysis):
-        """The cached ``Measurement`` of exactly ``analysis``, or None."""
-        return self.measured.measured(analysis) if self.measured is not None else None
-
-    def record(self, before, step, after, namespace: str) -> None:
-        """Remember that the verified ``step`` took ``before`` to ``after``,
-        so that the editor's code actions can show its measured speedup."""
-        outcomes = self.measured.outcomes if self.measured is not None else None
-        if outcomes is not None:
-            try:
-                outcomes.record(before, step, after, namespace)
-            except LeirError as e:
-                logger.warning("%s", e)
-
-    def submit(self, analysis, label: str) -> Future:
-        return self.engine.submit(analysis, label=label)
-
-    def close(self) -> None:
-        self.engine.close()
-
-
-def engine_measurer(target: str = "llvm") -> Measurer:
-    """The measurement engine on ``target`` (its workers start on the first
-    job). No vendor timing: rows compare a kernel with its own next step."""
-    from leir.measure import MeasurementEngine
-
-    return Measurer(MeasurementEngine(target, vendor=False))
 
 
 # ------------------------------------------------------------------ kernels
@@ -379,6 +333,57 @@ class _FileState:
     futures: list[Future] = field(default_factory=list)
 
 
+class _FilePlan(TopStepsPlan):
+    """``TopStepsPlan`` for one version of one file: one ``run`` per kernel
+    (``row`` and ``kernel`` say which), the budget shared by all of them;
+    each status goes to the watcher's table (the row for the program, the
+    suggestion for a step), unless the file changed meanwhile."""
+
+    def __init__(self, watcher: "Watcher", rel: str, generation: int):
+        super().__init__(None, watcher.budget)
+        self.watcher, self.rel, self.generation = watcher, rel, generation
+        self.row: Row | None = None
+        self.kernel: _Kernel | None = None
+
+    def current(self) -> bool:
+        return self.watcher._current(self.rel, self.generation) is not None
+
+    def known(self, s: NextStep) -> bool:
+        return s.status == "cached"  # applied, verified and measured before (leir.suggest found it)
+
+    def apply(self, s: NextStep):
+        return self.watcher._applied(self.rel, self.generation, self.kernel, s)
+
+    def verify(self, s: NextStep, after) -> bool:
+        if not self.watcher._verified(self.rel, self.generation, self.kernel, s, after):
+            return False
+        self.watcher._record(self.kernel, s, after)
+        return True
+
+    def label(self, s: NextStep | None) -> str:
+        return f"{self.rel}:{self.kernel.name}" + ("" if s is None else f" {s.title}")
+
+    def lookup(self, analysis):
+        return self.watcher._lookup(analysis)
+
+    def submit(self, analysis, label: str) -> Future:
+        return self.watcher._measurer_now().submit(analysis, label)
+
+    def submitted(self, target, future: Future) -> bool:
+        with self.watcher._lock:
+            state = self.watcher._current(self.rel, self.generation)
+            if state is None:
+                return False
+            state.futures.append(future)
+            return True
+
+    def status(self, s: NextStep | None, status: str, latency_ms: float | None = None) -> None:
+        values: dict = {"status": status}
+        if status in ("cached", "measured"):
+            values["latency_ms"] = latency_ms
+        self.watcher._set(self.rel, self.generation, self.row if s is None else s, **values)
+
+
 class Watcher:
     """Keeps the table of the kernels under ``root`` up to date.
 
@@ -392,7 +397,7 @@ class Watcher:
 
     def __init__(self, root: str | os.PathLike, *, report: str | os.PathLike | None = None, target: str = "llvm",
                  budget: int = DEFAULT_BUDGET, suggestions: int = TOP_SUGGESTIONS,
-                 debounce_s: float = DEFAULT_DEBOUNCE_S, measurer: Measurer | None = None,
+                 debounce_s: float = DEFAULT_DEBOUNCE_S, measurer: EngineMeasurer | None = None,
                  on_change: Callable[["Watcher"], None] | None = None):
         self.root = Path(root)
         if not self.root.is_dir():
@@ -536,35 +541,26 @@ class Watcher:
 
     def _measure_plan(self, rel: str, generation: int) -> None:
         """Measure one version of one file: each kernel's program, then its
-        suggestions, cache first, at most ``budget`` new measurements."""
+        suggestions, cache first, at most ``budget`` new measurements
+        (``leir.measuring.TopStepsPlan``)."""
         with self._lock:
             state = self._current(rel, generation)
             if state is None:
                 return
             work = list(state.measurable)
-        left = self.budget
+        plan = _FilePlan(self, rel, generation)
         for row, kernel in work:
             if self._over_budget(rel, generation, row, kernel):
                 continue
-            left = self._measure_program(rel, generation, row, None, kernel.analysis, left, kernel.name)
-            for s in list(row.suggestions):
-                if self._current(rel, generation) is None:
-                    return
-                if s.status == "cached":
-                    continue  # applied, verified and measured before (leir.suggest found it)
-                after = self._applied(rel, generation, kernel, s)
-                if after is None:
-                    continue
-                cached = self._lookup(after)
-                if cached is None and left <= 0:
-                    continue  # stays "not measured"
-                if not self._verified(rel, generation, kernel, s, after):
-                    continue
-                self._record(kernel, s, after)
-                left = self._measure_program(rel, generation, row, s, after, left, kernel.name, cached=cached)
+            plan.row, plan.kernel = row, kernel
+            plan.run(kernel.analysis, list(row.suggestions))
+            if self._current(rel, generation) is None:
+                return
 
-    def _measurer_now(self) -> Measurer:
+    def _measurer_now(self) -> EngineMeasurer:
         if self._measurer is None:
+            from leir.measuring import engine_measurer
+
             self._measurer = engine_measurer(self.target)
         return self._measurer
 
@@ -667,51 +663,6 @@ class Watcher:
             self._set(rel, generation, s, status=f"verification failed: {result.summary()}")
             return False
         return True  # "verifying" until the measurement (or the cache) says more
-
-    def _measure_program(self, rel, generation, row: Row, s: NextStep | None, analysis, left: int, kernel: str,
-                         cached=None) -> int:
-        target = row if s is None else s
-        if cached is None:
-            cached = self._lookup(analysis)
-        if cached is not None:
-            self._set(rel, generation, target, status="cached", latency_ms=cached.median_ms)
-            return left
-        if left <= 0:
-            return left
-        label = f"{rel}:{kernel}" + ("" if s is None else f" {s.title}")
-        from leir.footprint import MemoryBudgetExceeded
-
-        try:
-            future = self._measurer_now().submit(analysis, label)
-        except MemoryBudgetExceeded as e:  # refused before anything was built: no measurement spent
-            self._set(rel, generation, target, status=f"{REFUSED}: {e}")
-            return left
-        except LeirError as e:
-            self._set(rel, generation, target, status=f"failed: {e}")
-            return left - 1
-        with self._lock:
-            state = self._current(rel, generation)
-            if state is None:
-                future.cancel()
-                return left
-            state.futures.append(future)
-        self._set(rel, generation, target, status="measuring")
-        future.add_done_callback(lambda f: self._measured(rel, generation, target, f))
-        return left - 1
-
-    def _measured(self, rel, generation, target, future: Future) -> None:
-        """A measurement finished (on the engine's thread: quick)."""
-        try:
-            m = future.result()
-        except CancelledError:
-            return  # cancelled because the file changed: its rows are gone
-        except Exception as e:  # noqa: BLE001
-            self._set(rel, generation, target, status=f"failed: {e}")
-            return
-        if m.error is not None or m.median_ms is None:
-            self._set(rel, generation, target, status=f"failed: {m.error or 'no latency'}")
-        else:
-            self._set(rel, generation, target, status="cached" if m.cached else "measured", latency_ms=m.median_ms)
 
     def _measure_loop(self) -> None:
         while True:

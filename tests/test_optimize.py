@@ -18,20 +18,15 @@ import zlib
 import pytest
 
 from leir import transforms
+from leir.measuring import CONFIRM_ROUNDS, FallbackMeasurer, Paired, Timing
 from leir.optimize import (
     CONFIRM_COST,
-    CONFIRM_ROUNDS,
     Budget,
-    FallbackMeasurer,
     OptimizeError,
-    Paired,
-    Timing,
-    access_strides,
     optimize,
-    pick,
     program_key,
-    rank,
 )
+from leir.ranking import access_strides, pick, rank
 from leir.document import load_leir
 from leir.printer import print_program
 from leir.semantics import analyze
@@ -208,6 +203,29 @@ def test_strategy_respects_budget_and_keeps_verified_steps(strategy):
         assert result.speedup == pytest.approx(result.final_check.before_ms / result.final_check.after_ms)
     assert result.speedup > 1 and result.to_json()["speedup"] == round(result.speedup, 3)
     _check_chain(start, result)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["greedy", "beam"])
+def test_on_kept_hears_each_kept_step_with_its_programs_and_record(strategy):
+    heard = []
+
+    def on_kept(before, step, after, record):
+        # Greedy tells as it keeps: the result does not exist yet.
+        heard.append((print_program(before.program), step, print_program(after.program), record))
+
+    start = matmul()
+    result = optimize(start, steps=2, budget=20, strategy=strategy, measurer=FakeMeasurer(), on_kept=on_kept)
+    assert result.steps, result.stop_reason
+    assert [h[3] for h in heard] == result.steps  # the same records, in order
+    assert [h[1] for h in heard] == result.trace
+    programs = [print_program(start.program)] + [h[2] for h in heard]
+    assert [h[0] for h in heard] == programs[:-1]  # each step starts where the last one left
+    assert programs[-1] == print_program(result.final)
+    current = start.program
+    for _, step, after, _ in heard:
+        current = transforms.apply(current, step)
+        assert print_program(current) == after
 
 
 @pytest.mark.slow

@@ -15,11 +15,12 @@ from leir.explain.facts import (
     LINE_BYTES, human_bytes, human_count, operations, program_operations, tensor_bytes, working_set,
 )
 from leir.explain.machine import Machine
+from leir.measuring import MIN_GAIN
 
 
-#: Relative change in latency this project treats as measurement noise
-#: (``leir.optimize.MIN_GAIN``: repeated timings differ by about 1-2%).
-NOISE = 0.03
+#: Relative change in latency this project treats as measurement noise:
+#: the gain a search asks of a step (repeated timings differ by about 1-2%).
+NOISE = MIN_GAIN
 
 #: Inner iterations per parallel iteration below which the reasoning of a
 #: slower step lists the small amount of work as a possible cost (it names

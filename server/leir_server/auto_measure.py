@@ -3,9 +3,10 @@ the background, so that the next code-action menu and hover show measured
 speedups.
 
 Started on save (and by ``schedule`` from anywhere else). For the saved
-version: the program is measured, and each of the top ``TOP`` suggestions
-not yet measured is applied and verified in a job process (which records
-what it produced, ``leir.suggest.StepOutcomes``) and the result measured.
+version, ``leir.measuring.TopStepsPlan`` (the plan watch mode follows too)
+measures the program, then applies and verifies each of the top ``TOP``
+suggestions not yet measured in a job process (which records what it
+produced, ``leir.suggest.StepOutcomes``) and measures the result.
 Everything goes through the measurement engine at a priority below the
 user's own commands. Saving again stops the run for the older version
 (its queued measurements cancelled, its job killed); after a change no
@@ -17,7 +18,11 @@ cache).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
+import threading
+
+from leir.measuring import TopStepsPlan
 
 from leir_server import suggestions
 from leir_server.workers import RequestFailed, workers_of
@@ -49,14 +54,76 @@ def schedule(server, uri: str) -> None:
     _tasks(server)[uri] = asyncio.get_running_loop().create_task(_run(server, uri))
 
 
+class _SavedPlan(TopStepsPlan):
+    """The plan for one saved version, run in a thread: each step is applied
+    and verified by a job (on the server's event loop), every measurement
+    goes to the engine; ``stop`` cancels what is queued and the job that
+    runs."""
+
+    def __init__(self, server, uri: str, snapshot, measurer, loop: asyncio.AbstractEventLoop):
+        super().__init__(measurer)
+        self.server, self.uri, self.snapshot, self.loop = server, uri, snapshot, loop
+        self.futures: list[concurrent.futures.Future] = []
+        #: What is known of the program itself: (status, latency_ms).
+        self.program_status: tuple[str, float | None] = ("not measured", None)
+        self._lock = threading.Lock()
+        self._job: concurrent.futures.Future | None = None
+        self._stopped = False
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            for f in [*self.futures, *([self._job] if self._job is not None else [])]:
+                f.cancel()
+
+    def current(self) -> bool:
+        return not self._stopped and self.server.session.is_current(self.uri, self.snapshot.version)
+
+    def known(self, s) -> bool:
+        return s.after is not None  # measured before: leir.suggest found its program in the cache
+
+    def apply(self, s):
+        """The verified program after ``s``, analysed, or None."""
+        with self._lock:
+            if self._stopped:
+                return None
+            self._job = asyncio.run_coroutine_threadsafe(_after_program(self.server, self.snapshot, s), self.loop)
+        try:
+            text = self._job.result()
+        except concurrent.futures.CancelledError:
+            return None
+        if text is None:
+            return None
+        from leir.document import load_leir
+
+        doc = load_leir(text)
+        return doc.analysis if doc.ok else None
+
+    def label(self, s) -> str:
+        return f"{self.uri} (auto)" if s is None else f"{self.uri}: {s.title} (auto)"
+
+    def submitted(self, target, future) -> bool:
+        with self._lock:
+            if self._stopped:
+                return False
+            self.futures.append(future)
+            return True
+
+    def status(self, target, status: str, latency_ms: float | None = None) -> None:
+        if target is None:
+            self.program_status = (status, latency_ms)
+
+
 async def _run(server, uri: str) -> None:
+    from leir.measuring import EngineMeasurer
+
     from leir_server.commands.measure import status
 
     session = server.session
     snapshot = session.snapshot(uri)
     if snapshot is None or snapshot.too_large:
         return
-    futures = []
+    plan = None
     workers = workers_of(server)
     try:
         program = await asyncio.to_thread(suggestions.kernel_analysis, snapshot, None)
@@ -64,26 +131,21 @@ async def _run(server, uri: str) -> None:
             return
         from leir.footprint import check_budget
 
-        if not isinstance(program, str) and check_budget(program, "measure", budget_mb=workers.budget_mb()):
+        if check_budget(program, "measure", budget_mb=workers.budget_mb()):
             return  # over the memory budget: its warning diagnostic says so, nothing is measured
         found = await suggestions.at(server, snapshot, None, TOP)
         engine = await asyncio.to_thread(workers.engine)
+        measurer = EngineMeasurer(engine, measured=workers.lookup(), priority=PRIORITY)
+        plan = _SavedPlan(server, uri, snapshot, measurer, asyncio.get_running_loop())
         status(server, True, uri, device=engine.device)
-        futures.append(await asyncio.to_thread(engine.submit, program, priority=PRIORITY, label=f"{uri} (auto)"))
-        for s in found:
-            if s.after is not None or not session.is_current(uri, snapshot.version):
-                continue
-            after = await _after_program(server, snapshot, s)
-            if after is not None:
-                futures.append(await asyncio.to_thread(engine.submit, after, priority=PRIORITY,
-                                                       label=f"{uri}: {s.title} (auto)"))
-        done = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures), return_exceptions=True)
-        first = done[0]
-        latency = getattr(first, "median_ms", None)
-        status(server, False, uri, device=engine.device, latency_ms=latency)
+        await asyncio.to_thread(plan.run, program, found)
+        await asyncio.gather(*(asyncio.wrap_future(f) for f in plan.futures), return_exceptions=True)
+        state, latency = plan.program_status
+        status(server, False, uri, device=engine.device,
+               latency_ms=latency if state in ("cached", "measured") else None)
     except asyncio.CancelledError:
-        for f in futures:
-            f.cancel()
+        if plan is not None:
+            plan.stop()
         raise
     except RequestFailed as e:  # a job that failed or timed out: nothing to show, nothing to break
         logger.info("auto-measure of %s stopped: %s", uri, e)

@@ -1,0 +1,428 @@
+"""Measuring programs: one ``Measurer`` protocol for every tool that times
+programs, its implementations, and the plan that measures a program and
+then its top next steps.
+
+- ``Measurer``: a callable from analysed programs to a ``Timing`` each (a
+  batch lets an engine use its workers); optionally ``paired(before,
+  after, rounds)``, a comparison timed turn about without any cache
+  (``measure_pair``). ``leir.optimize`` searches through one.
+- ``EngineMeasurer``: the measurement engine (``leir.measure``) behind it,
+  with what background measuring needs besides (``submit``, ``lookup``,
+  ``record``); ``FallbackMeasurer``: an in-process compile and
+  ``time_evaluator`` loop for when the engine is not importable;
+  ``leir.jobs`` has a proxy that asks the server's engine from a job
+  process.
+- ``TopStepsPlan``: measure a program, then the programs its top next steps
+  produce, cache first, within a budget: what watch mode and the server's
+  auto-measure both do.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+from concurrent.futures import CancelledError, Future
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+
+from leir.errors import LeirError
+from leir.semantics import Analysis
+
+logger = logging.getLogger(__name__)
+
+#: A step is an improvement only when it is at least this much faster:
+#: repeated timings of one program on this machine differ by about 1-2%.
+MIN_GAIN = 0.03
+#: Rounds of a paired confirmation (each times the current program, then the candidate).
+CONFIRM_ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One measured program: its median latency, or why there is none."""
+
+    ms: float | None
+    error: str | None = None
+    #: Answered from a cache rather than timed now.
+    cached: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.ms is not None
+
+
+@runtime_checkable
+class Measurer(Protocol):
+    """Times each program of a batch (a batch lets an engine use its
+    workers). A measurer may also have ``paired(before, after, rounds) ->
+    Paired``, a comparison timed turn about without any cache
+    (``measure_pair``), and ``close()``."""
+
+    def __call__(self, analyses: Sequence[Analysis]) -> list[Timing]: ...
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Two programs timed turn about: every run of each (ms), and the median
+    of each round."""
+
+    before_runs: tuple[float, ...]
+    after_runs: tuple[float, ...]
+    before_rounds: tuple[float, ...]
+    after_rounds: tuple[float, ...]
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.before_runs) and bool(self.after_runs)
+
+    @property
+    def rounds(self) -> int:
+        return len(self.before_rounds)
+
+    @property
+    def before_ms(self) -> float:
+        return statistics.median(self.before_runs)
+
+    @property
+    def after_ms(self) -> float:
+        return statistics.median(self.after_runs)
+
+    def confirms(self, min_gain: float = MIN_GAIN) -> bool:
+        """The second program is faster beyond the noise: its fastest run and
+        its median both at least ``min_gain`` better than the first's, and
+        faster in every round."""
+        if not self.ok:
+            return False
+        keep = 1 - min_gain
+        return (min(self.after_runs) < min(self.before_runs) * keep and self.after_ms < self.before_ms * keep
+                and all(a < b for b, a in zip(self.before_rounds, self.after_rounds)))
+
+
+def measure_pair(measurer: Measurer, before: Analysis, after: Analysis, rounds: int = CONFIRM_ROUNDS) -> Paired:
+    """Time ``before`` and ``after`` turn about: the measurer's own
+    ``paired`` when it has one (the engine's compare: one worker, fresh
+    builds), else ``rounds`` rounds of one call per program (a measurer
+    without ``paired`` is taken to have no cache)."""
+    if hasattr(measurer, "paired"):
+        return measurer.paired(before, after, rounds)
+    b_runs, a_runs = [], []
+    for _ in range(rounds):
+        [tb] = measurer([before])
+        [ta] = measurer([after])
+        if not (tb.ok and ta.ok):
+            return Paired((), (), (), (), tb.error or ta.error)
+        b_runs.append(tb.ms)
+        a_runs.append(ta.ms)
+    return Paired(tuple(b_runs), tuple(a_runs), tuple(b_runs), tuple(a_runs))
+
+
+class FallbackMeasurer:
+    """FALLBACK measurer, used only when ``leir.measure`` (the measurement
+    engine, with its worker processes and SQLite cache) is not importable:
+    builds in this process with ``leir.run.compile_program`` and times with
+    TVM's ``time_evaluator``: ``repeat`` runs of at least ``min_repeat_ms``
+    each (after one warm-up call), median of their per-call means."""
+
+    def __init__(self, target: str = "llvm", repeat: int = 5, min_repeat_ms: int = 20):
+        self.target = target
+        self.repeat = repeat
+        self.min_repeat_ms = min_repeat_ms
+
+    def __call__(self, analyses: Sequence[Analysis]) -> list[Timing]:
+        return [self.one(a) for a in analyses]
+
+    def one(self, analysis: Analysis) -> Timing:
+        import tvm
+
+        from leir.inputs import random_inputs, zeros
+        from leir.run import compile_program
+
+        try:
+            compiled = compile_program(analysis, self.target)
+            inputs = random_inputs(analysis, 0)
+            dev = compiled.device
+            args = [tvm.runtime.tensor(inputs[t.name], dev) for t in analysis.inputs()]
+            args += [tvm.runtime.tensor(zeros(t), dev) for t in analysis.outputs()]
+            timer = compiled.module.time_evaluator("main", dev, number=1, repeat=self.repeat,
+                                                   min_repeat_ms=self.min_repeat_ms)
+            compiled.module["main"](*args)  # warm-up: first-touch page faults, thread pool start
+            seconds = list(timer(*args).results)
+            return Timing(statistics.median(seconds) * 1e3)
+        except LeirError as e:
+            return Timing(None, str(e))
+        except Exception as e:  # TVM reports runtime faults as assorted types
+            return Timing(None, f"{type(e).__name__}: {e}".splitlines()[0])
+
+    def paired(self, before: Analysis, after: Analysis, rounds: int = CONFIRM_ROUNDS) -> Paired:
+        """Both programs built once, then timed turn about, ``rounds`` rounds
+        of ``repeat`` runs each."""
+        try:
+            timers = [self._timer(a) for a in (before, after)]
+            runs: list[list[list[float]]] = [[], []]
+            for _ in range(rounds):
+                for k, timer in enumerate(timers):
+                    runs[k].append([s * 1e3 for s in timer()])
+        except LeirError as e:
+            return Paired((), (), (), (), str(e))
+        except Exception as e:  # noqa: BLE001 - TVM reports runtime faults as assorted types
+            return Paired((), (), (), (), f"{type(e).__name__}: {e}".splitlines()[0])
+        flat = [tuple(x for r in side for x in r) for side in runs]
+        medians = [tuple(statistics.median(r) for r in side) for side in runs]
+        return Paired(flat[0], flat[1], medians[0], medians[1])
+
+    def _timer(self, analysis: Analysis) -> Callable[[], list[float]]:
+        import tvm
+
+        from leir.inputs import random_inputs, zeros
+        from leir.run import compile_program
+
+        compiled = compile_program(analysis, self.target)
+        inputs = random_inputs(analysis, 0)
+        dev = compiled.device
+        args = [tvm.runtime.tensor(inputs[t.name], dev) for t in analysis.inputs()]
+        args += [tvm.runtime.tensor(zeros(t), dev) for t in analysis.outputs()]
+        compiled.module["main"](*args)  # warm-up
+        timer = compiled.module.time_evaluator("main", dev, number=1, repeat=self.repeat,
+                                               min_repeat_ms=self.min_repeat_ms)
+        return lambda: list(timer(*args).results)
+
+
+class EngineMeasurer:
+    """The measurement engine (``leir.measure.MeasurementEngine``) as a
+    ``Measurer``: a batch goes through ``measure_many`` (its workers build
+    in parallel; timings take the CPU alone), results come from its SQLite
+    cache when it has them. The engine also checks every program against
+    the NumPy evaluation; a wrong one comes back as a failure.
+
+    What a background measurer needs besides (watch mode, the server's
+    auto-measure, ``TopStepsPlan``): ``submit`` one program for a
+    ``Future`` of its ``Measurement``, ``lookup`` its cached measurement
+    without measuring, and ``record`` what a verified step produced, so that
+    the editor's code actions show its measured speedup (``measured``: the
+    ``leir.suggest.MeasuredLookup`` these read, made on first use)."""
+
+    def __init__(self, engine, *, measured=None, priority: int = 0):
+        self.engine = engine
+        self.target = engine.target
+        self.device = engine.device
+        #: The engine's priority for ``submit`` (the server's background work runs below the user's).
+        self.priority = priority
+        self._measured = measured
+
+    def __call__(self, analyses: Sequence[Analysis]) -> list[Timing]:
+        out = []
+        for m in self.engine.measure_many(list(analyses)):
+            if m.error is not None or m.median_ms is None:
+                out.append(Timing(None, str(m.error or "no latency"), bool(m.cached)))
+            else:
+                out.append(Timing(float(m.median_ms), None, bool(m.cached)))
+        return out
+
+    def paired(self, before: Analysis, after: Analysis, rounds: int = CONFIRM_ROUNDS) -> Paired:
+        """The engine's ``compare``: one worker builds both, checks both
+        against the NumPy evaluation, times them turn about; no cache."""
+        p = self.engine.compare(before, after, rounds=rounds).result()
+        if not p.ok:
+            return Paired((), (), (), (), str(p.error))
+        return Paired(tuple(p.before.results_ms), tuple(p.after.results_ms), tuple(p.before_rounds_ms),
+                      tuple(p.after_rounds_ms))
+
+    @property
+    def measured(self):
+        """The ``MeasuredLookup`` over the engine's cache (None without one)."""
+        if self._measured is None:
+            from leir.suggest import MeasuredLookup
+
+            self._measured = MeasuredLookup.for_engine(self.engine) or False
+        return self._measured or None
+
+    def lookup(self, analysis):
+        """The cached ``Measurement`` of exactly ``analysis``, or None."""
+        measured = self.measured
+        return measured.measured(analysis) if measured is not None else None
+
+    def record(self, before, step, after, namespace: str) -> None:
+        """Remember that the verified ``step`` took ``before`` to ``after``."""
+        measured = self.measured
+        outcomes = measured.outcomes if measured is not None else None
+        if outcomes is not None:
+            try:
+                outcomes.record(before, step, after, namespace)
+            except LeirError as e:
+                logger.warning("%s", e)
+
+    def submit(self, analysis, label: str) -> Future:
+        """A ``Future`` of ``analysis``'s ``Measurement`` (cache first)."""
+        return self.engine.submit(analysis, label=label, priority=self.priority)
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def engine_measurer(target: str = "llvm", **kwargs) -> EngineMeasurer:
+    """The measurement engine on ``target`` (its workers start on the first
+    job). No vendor timing per program: a search compares candidates with
+    each other, and a row of watch mode a kernel with its own next step."""
+    from leir.measure import MeasurementEngine
+
+    return EngineMeasurer(MeasurementEngine(target, vendor=False), **kwargs)
+
+
+def default_measurer(target: str = "llvm") -> Measurer:
+    """The measurement engine for ``target``; the in-process fallback when
+    ``leir.measure`` is not importable or ``LEIR_MEASURE=fallback``."""
+    if os.environ.get("LEIR_MEASURE") != "fallback":
+        try:
+            import leir.measure  # noqa: F401
+        except ImportError:
+            pass
+        else:
+            return engine_measurer(target)
+    return FallbackMeasurer(target)
+
+
+# ------------------------------------------------------------ the plan
+
+
+#: The status word of a program the memory budget kept from being built
+#: (``LEIR_MEMORY_BUDGET_MB``): no measurement is spent on it.
+REFUSED = "refused"
+
+
+class TopStepsPlan:
+    """Measure a program, then the programs its next steps produce: what
+    watch mode does for each kernel of a changed file, and the server's
+    auto-measure for a saved document.
+
+    ``run(program, steps)`` measures ``program`` (cache first), then takes
+    the steps in order (the best-ranked first): a step whose effect is
+    already ``known`` is skipped; the plan stops when the program is no
+    longer ``current`` (the file changed meanwhile); the program after the
+    step comes from ``apply`` (None: not applicable, the hook says why); its
+    cached measurement is looked up, and without one it is measured only
+    while the budget lasts, after ``verify`` (False: the hook says why).
+
+    ``budget``: new measurements at most, shared by every ``run`` of the
+    plan (None: no limit). A cached result costs nothing, nor does a
+    program the memory budget refuses before anything is built; a
+    submission that fails costs one.
+
+    Every change of what is known of a target (None for the program, else
+    the step) goes to ``status(target, status, latency_ms)``: "cached" and
+    "measured" with a latency, "measuring", "refused: ...", "failed: ...".
+    The hooks are methods to override; by default ``lookup`` and ``submit``
+    go to ``measurer`` (an ``EngineMeasurer``, or anything with those two).
+    """
+
+    def __init__(self, measurer=None, budget: int | None = None):
+        self.measurer = measurer
+        self.budget = budget
+        #: New measurements still allowed (None: no limit).
+        self.left = budget
+
+    # ---------------------------------------------------------------- hooks
+
+    def current(self) -> bool:
+        return True
+
+    def known(self, step) -> bool:
+        return False
+
+    def apply(self, step) -> Any:
+        """The analysed program after ``step``, or None."""
+        raise NotImplementedError
+
+    def verify(self, step, after) -> bool:
+        return True
+
+    def label(self, step) -> str:
+        return "program" if step is None else str(step)
+
+    def status(self, target, status: str, latency_ms: float | None = None) -> None:
+        pass
+
+    def submitted(self, target, future: Future) -> bool:
+        """A measurement of ``target`` was submitted; False (the plan then
+        cancels it) when it is no longer wanted."""
+        return True
+
+    def lookup(self, analysis):
+        """The cached ``Measurement`` of ``analysis``, or None."""
+        try:
+            return self.measurer.lookup(analysis)
+        except LeirError:
+            return None
+
+    def submit(self, analysis, label: str) -> Future:
+        return self.measurer.submit(analysis, label)
+
+    # ---------------------------------------------------------------- driving
+
+    def run(self, program, steps: Sequence) -> None:
+        self.measure(None, program)
+        for step in steps:
+            if not self.current():
+                return
+            if self.known(step):
+                continue
+            after = self.apply(step)
+            if after is None:
+                continue
+            cached = self.lookup(after)
+            if cached is None and self.spent:
+                continue  # stays "not measured"
+            if not self.verify(step, after):
+                continue
+            self.measure(step, after, cached)
+
+    @property
+    def spent(self) -> bool:
+        return self.left is not None and self.left <= 0
+
+    def _spend(self) -> None:
+        if self.left is not None:
+            self.left -= 1
+
+    def measure(self, target, analysis, cached=None) -> None:
+        """Measure one program (``target``: None for the plan's program, else
+        the step that produced it), cache first."""
+        from leir.footprint import MemoryBudgetExceeded
+
+        if cached is None:
+            cached = self.lookup(analysis)
+        if cached is not None:
+            self.status(target, "cached", cached.median_ms)
+            return
+        if self.spent:
+            return
+        try:
+            future = self.submit(analysis, self.label(target))
+        except MemoryBudgetExceeded as e:  # refused before anything was built: no measurement spent
+            self.status(target, f"{REFUSED}: {e}")
+            return
+        except LeirError as e:
+            self.status(target, f"failed: {e}")
+            self._spend()
+            return
+        if not self.submitted(target, future):
+            future.cancel()
+            return
+        self._spend()
+        self.status(target, "measuring")
+        future.add_done_callback(lambda f: self._measured(target, f))
+
+    def _measured(self, target, future: Future) -> None:
+        """A measurement finished (on the engine's thread: quick)."""
+        try:
+            m = future.result()
+        except CancelledError:
+            return  # cancelled because the program changed: nobody waits for it
+        except Exception as e:  # noqa: BLE001
+            self.status(target, f"failed: {e}")
+            return
+        if m.error is not None or m.median_ms is None:
+            self.status(target, f"failed: {m.error or 'no latency'}")
+        else:
+            self.status(target, "cached" if m.cached else "measured", m.median_ms)
