@@ -129,7 +129,7 @@ def _apply_leir(text: str, step, verify: bool, record: bool) -> Applied | Failur
 
 def _apply_tvmscript(text: str, step, kernel: str | None, verify: bool, record: bool) -> Applied | Failure:
     from leir.printer import print_program
-    from leir.suggest import tvmscript_namespace
+    from leir.measuring import tvmscript_namespace
     from leir.transforms.python_kernels import load_kernel, tvmscript_apply, tvmscript_verify
 
     before = load_kernel(text, kernel)
@@ -153,7 +153,7 @@ def _apply_tvmscript(text: str, step, kernel: str | None, verify: bool, record: 
 
 
 def _record(before, step, after, namespace: str) -> None:
-    from leir.suggest import default_outcomes
+    from leir.measuring import default_outcomes
 
     outcomes = default_outcomes()
     if outcomes is None:

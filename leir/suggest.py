@@ -31,26 +31,17 @@ this target and device (``leir.measure.key``).
 from __future__ import annotations
 
 import functools
-import hashlib
-import os
-import sqlite3
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from leir.ast import Span
-from leir.errors import LeirError
-from leir.semantics import Analysis
+from leir.measuring import MeasuredLookup, program_digest, tvmscript_namespace
 from leir.transforms.base import Step
 
 if TYPE_CHECKING:
-    from leir.measure import Measurement, MeasurementCache
+    from leir.measure import Measurement
 
-__all__ = ["MeasuredLookup", "StepOutcomes", "Suggestion", "suggest"]
-
-#: The file, next to the measurement cache, that remembers what program a
-#: verified step produced.
-OUTCOMES_NAME = "step-outcomes.sqlite"
+__all__ = ["Suggestion", "suggest"]
 
 
 @dataclass(frozen=True)
@@ -95,177 +86,6 @@ class Suggestion:
         if self.speedup is not None:
             out["speedup"] = round(self.speedup, 3)
         return out
-
-
-# ------------------------------------------------------------ what a step produced
-
-
-def program_digest(analysis: Analysis) -> str:
-    """SHA-256 of a program's structural text (``leir.measure.key``): equal
-    for two programs that build to the same kernel."""
-    from leir.measure.key import structural_text
-
-    return hashlib.sha256(structural_text(analysis).encode("utf-8")).hexdigest()
-
-
-class StepOutcomes:
-    """(program, step) -> the program the step produced, for steps that were
-    applied and verified. An SQLite file next to the measurement cache
-    (WAL, as the cache: the server, its workers and the CLI may share it).
-
-    ``namespace`` separates steps that name blocks as LEIR does from steps
-    on a Python kernel, which name them as the kernel's TIR does."""
-
-    def __init__(self, directory: str | os.PathLike | None = None):
-        from leir.measure.cache import cache_directory
-
-        self.path = cache_directory(directory) / OUTCOMES_NAME
-        self._lock = threading.Lock()
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(self.path, timeout=10.0, isolation_level=None, check_same_thread=False)
-            self._conn.execute("PRAGMA busy_timeout = 10000")
-            self._conn.execute("PRAGMA journal_mode = WAL")
-            self._conn.execute("CREATE TABLE IF NOT EXISTS outcomes (program TEXT NOT NULL, step TEXT NOT NULL,"
-                               " after TEXT NOT NULL, PRIMARY KEY (program, step))")
-        except (OSError, sqlite3.Error) as e:
-            raise LeirError(f"step outcomes {self.path}: cannot open ({e})") from None
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
-    @staticmethod
-    def _step_key(step: Step, namespace: str) -> str:
-        return f"{namespace}:{step.key}"
-
-    def record(self, before: Analysis, step: Step, after: Analysis, namespace: str = "leir") -> None:
-        """Remember that ``step`` took ``before`` to ``after`` (verified)."""
-        from leir.printer import print_program
-
-        row = (program_digest(before), self._step_key(step, namespace), print_program(after.complete_program()))
-        with self._lock:
-            try:
-                self._conn.execute("INSERT OR REPLACE INTO outcomes (program, step, after) VALUES (?, ?, ?)", row)
-            except sqlite3.Error as e:
-                raise LeirError(f"step outcomes {self.path}: cannot write ({e})") from None
-
-    def after_text(self, before_digest: str, step: Step, namespace: str = "leir") -> str | None:
-        with self._lock:
-            try:
-                row = self._conn.execute("SELECT after FROM outcomes WHERE program = ? AND step = ?",
-                                         (before_digest, self._step_key(step, namespace))).fetchone()
-            except sqlite3.Error:
-                return None
-        return None if row is None else row[0]
-
-    def after(self, before: Analysis | str, step: Step, namespace: str = "leir") -> Analysis | None:
-        """The analysed program ``step`` produced from ``before`` (an analysis
-        or its digest), or None when it was never recorded."""
-        from leir.document import load_leir
-
-        digest = before if isinstance(before, str) else program_digest(before)
-        text = self.after_text(digest, step, namespace)
-        if text is None:
-            return None
-        doc = load_leir(text)
-        return doc.analysis if doc.ok else None
-
-
-# ------------------------------------------------------------ cached latencies
-
-
-@dataclass
-class MeasuredLookup:
-    """Cached latencies on one target and device: the measurement cache, read
-    only (nothing is measured here)."""
-
-    #: The target as the measurement key names it (``MeasurementEngine``'s).
-    target_key: str
-    device: str
-    toolchain: str
-    cache: "MeasurementCache"
-    outcomes: StepOutcomes | None = None
-    _memo: dict[str, Any] = field(default_factory=dict, repr=False)
-
-    @classmethod
-    def for_target(cls, target: str = "llvm", cache: "MeasurementCache | None" = None,
-                   outcomes: StepOutcomes | None = None) -> "MeasuredLookup | None":
-        """The lookup of this machine's CPU ("llvm") or GPU ("cuda"); None for
-        "cuda" without a GPU. (Devices behind an RPC tracker are named by the
-        tracker: use ``for_engine``.)"""
-        from leir.measure import MeasurementCache
-        from leir.measure.device import cpu_name, gpu_name
-        from leir.measure.key import default_toolchain
-
-        if target == "llvm":
-            device = cpu_name()
-        elif target == "cuda":
-            device = gpu_name()
-            if device is None:
-                return None
-        else:
-            return None
-        return cls(target, device, default_toolchain(), cache or MeasurementCache(),
-                   outcomes if outcomes is not None else _default_outcomes())
-
-    @classmethod
-    def for_engine(cls, engine, outcomes: StepOutcomes | None = None) -> "MeasuredLookup | None":
-        """The lookup matching a ``MeasurementEngine`` (its target, device and cache)."""
-        if engine.cache is None:
-            return None
-        return cls(engine.target_key, engine.device, engine.toolchain, engine.cache,
-                   outcomes if outcomes is not None else _default_outcomes())
-
-    def measured(self, analysis: Analysis) -> "Measurement | None":
-        """The cached measurement of exactly this program, or None."""
-        from leir.measure.key import measurement_key
-
-        try:
-            memo = self._memo.get(id(analysis))
-            if memo is None or memo[0] is not analysis:
-                memo = self._memo[id(analysis)] = (analysis, measurement_key(analysis, self.target_key, self.device,
-                                                                             self.toolchain))
-                if len(self._memo) > 64:
-                    self._memo.pop(next(iter(self._memo)))
-            return self.cache.lookup(memo[1])
-        except LeirError:
-            return None
-
-    def after(self, before: Analysis | str, step: Step, namespace: str = "leir") -> "Measurement | None":
-        """The cached measurement of the program ``step`` produced from
-        ``before`` (an analysis, or its ``program_digest``)."""
-        if self.outcomes is None:
-            return None
-        after = self.outcomes.after(before, step, namespace)
-        return None if after is None else self.measured(after)
-
-
-_outcomes_lock = threading.Lock()
-_outcomes: dict[str, StepOutcomes] = {}
-
-
-def _default_outcomes() -> StepOutcomes | None:
-    """One ``StepOutcomes`` per cache directory per process."""
-    from leir.measure.cache import cache_directory
-
-    where = str(cache_directory())
-    with _outcomes_lock:
-        if where not in _outcomes:
-            try:
-                _outcomes[where] = StepOutcomes()
-            except LeirError:
-                return None
-        return _outcomes[where]
-
-
-def default_outcomes() -> StepOutcomes | None:
-    return _default_outcomes()
-
-
-def tvmscript_namespace(kernel: str) -> str:
-    """The ``StepOutcomes`` namespace of steps on a Python kernel."""
-    return f"tvmscript:{kernel}"
 
 
 # ------------------------------------------------------------ suggesting

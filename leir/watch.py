@@ -210,8 +210,8 @@ class _Kernel:
 
     @property
     def namespace(self) -> str:
-        """How ``leir.suggest.StepOutcomes`` files its steps."""
-        from leir.suggest import tvmscript_namespace
+        """How ``leir.measuring.StepOutcomes`` files its steps."""
+        from leir.measuring import tvmscript_namespace
 
         return "leir" if self.language == "leir" else tvmscript_namespace(self.name)
 
@@ -569,7 +569,7 @@ class Watcher:
         if self._measurer is None and self.budget == 0:
             # Nothing will be measured: read the cache without an engine.
             if self._lookup_only is None:
-                from leir.suggest import MeasuredLookup
+                from leir.measuring import MeasuredLookup
 
                 try:
                     self._lookup_only = MeasuredLookup.for_target(self.target) or False

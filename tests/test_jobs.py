@@ -13,7 +13,7 @@ from leir import transforms
 from leir.document import load_leir
 from leir.jobs import Applied, Converted, Failure, apply_step, convert, kernel_program, optimize_child
 from leir.printer import print_program
-from leir.suggest import StepOutcomes, program_digest, tvmscript_namespace
+from leir.measuring import StepOutcomes, program_digest, tvmscript_namespace
 from leir.transforms import Step
 from leir.transforms.verify import Verification
 from programs import SPLIT_I, TRANSPOSE

@@ -15,7 +15,8 @@ from leir.measure.key import measurement_key
 from leir.measure.measurement import Measurement
 from leir.printer import print_program
 from leir.semantics import analyze
-from leir.suggest import MeasuredLookup, StepOutcomes, Suggestion, order, program_digest, suggest
+from leir.measuring import MeasuredLookup, StepOutcomes, program_digest
+from leir.suggest import Suggestion, order, suggest
 from leir.transforms import Step
 
 TRANSPOSE = """\

@@ -6,7 +6,7 @@ Started on save (and by ``schedule`` from anywhere else). For the saved
 version, ``leir.measuring.TopStepsPlan`` (the plan watch mode follows too)
 measures the program, then applies and verifies each of the top ``TOP``
 suggestions not yet measured in a job process (which records what it
-produced, ``leir.suggest.StepOutcomes``) and measures the result.
+produced, ``leir.measuring.StepOutcomes``) and measures the result.
 Everything goes through the measurement engine at a priority below the
 user's own commands. Saving again stops the run for the older version
 (its queued measurements cancelled, its job killed); after a change no

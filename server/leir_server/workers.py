@@ -38,7 +38,7 @@ from pygls.exceptions import JsonRpcException
 
 if TYPE_CHECKING:
     from leir.measure import MeasurementEngine
-    from leir.suggest import MeasuredLookup
+    from leir.measuring import MeasuredLookup
 
 logger = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ class Workers:
         """Cached latencies on the current target (read only). Blocking the
         first time per target (it names the device): call from a thread."""
         from leir.errors import LeirError
-        from leir.suggest import MeasuredLookup
+        from leir.measuring import MeasuredLookup
 
         engine = self.engine_if_started()
         if engine is not None:
