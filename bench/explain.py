@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from leir import transforms  # noqa: E402
-from leir.document import load_leir  # noqa: E402
+from leir.bridge.document import load_leir  # noqa: E402
 from leir.explain import (  # noqa: E402
     Machine, describe_access, describe_loop, describe_step, predicted_after, step_reasoning,
 )

@@ -23,8 +23,8 @@ CHILD = r"""
 import gc, sys, time
 sys.path.insert(0, sys.argv[1])
 import server as bench_server
-from leir.document import load_leir
-from leir.suggest import suggest
+from leir.bridge.document import load_leir
+from leir.tools.suggest import suggest
 thresholds = tuple(int(x) for x in sys.argv[3:])
 if thresholds:
     gc.freeze()

@@ -42,7 +42,7 @@ SMALL = "L^{4}_{i}\n  L^{8}_{j} [\n    Y_{i,j} = X_{i,j} + 1;\n  ];\n"
 
 def renamed(text: str, k: int) -> str:
     """``text`` with each of its tensors renamed NAME_k."""
-    from leir.document import load_leir
+    from leir.bridge.document import load_leir
 
     names = sorted(load_leir(text).analysis.tensors, key=len, reverse=True)
     if not names:
@@ -54,7 +54,7 @@ def renamed(text: str, k: int) -> str:
 def large_program(lines: int) -> str:
     """The CPU examples that check clean, renamed and repeated to at least
     ``lines`` lines."""
-    from leir.document import load_leir
+    from leir.bridge.document import load_leir
 
     bases = [t for t in (p.read_text() for p in sorted((REPO / "examples").glob("*.leir")))
              if "B^{" not in t and load_leir(t).ok]

@@ -27,7 +27,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def load_candidates(limit: int | None):
-    from leir.document import load_leir
+    from leir.bridge.document import load_leir
 
     out = []
     for path in sorted(EXAMPLES.glob("*.leir"))[:limit]:

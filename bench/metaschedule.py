@@ -67,7 +67,7 @@ def turn_about(timers: list, rounds: int) -> list[float]:
 def build(func):
     import tvm
 
-    from leir.targets import host_target
+    from leir.bridge.targets import host_target
 
     return tvm.compile(tvm.IRModule({"main": func}), target=host_target()).jit()
 
@@ -77,7 +77,7 @@ def tune_metaschedule(func, trials: int, work_dir: str, timeout: float):
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from leir.targets import host_target
+    from leir.bridge.targets import host_target
 
     cores = os.cpu_count() or 1
     # MetaSchedule reads the core count from the target (its parallel and
@@ -114,16 +114,16 @@ def main(argv=None) -> int:
     parser.add_argument("--ms-timeout", type=float, default=300.0, help="MetaSchedule builder/runner timeout in seconds")
     parser.add_argument("--docs", help="append the table to this Markdown file")
     args = parser.parse_args(argv)
-    from leir.targets import kernel_threads
+    from leir.bridge.targets import kernel_threads
 
     # Kernels timed in this process run on the threads the measurement
     # engine's workers use (TVM's default is half the CPUs, pinned).
     os.environ.setdefault("TVM_NUM_THREADS", str(kernel_threads()))
 
-    from leir.document import load_program
-    from leir.lower import lower
-    from leir.optimize import optimize
-    from leir.run import compile_program
+    from leir.bridge.document import load_program
+    from leir.bridge.lower import lower
+    from leir.tools.optimize import optimize
+    from leir.bridge.run import compile_program
     from leir.semantics import analyze
 
     rows = []

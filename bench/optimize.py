@@ -1,7 +1,7 @@
 """`leir optimize` on the bundled examples: naive latency, optimized
 latency, and how far from NumPy/OpenBLAS the result is.
 
-For each workload, the greedy search (`leir.optimize.optimize`, the library
+For each workload, the greedy search (`leir.tools.optimize.optimize`, the library
 behind `leir optimize`) runs from the serial program with `--steps` and
 `--budget`, measuring through one shared measurement engine
 (`leir.measure`; `LEIR_MEASURE=fallback` uses the in-process fallback
@@ -36,7 +36,7 @@ DEFAULT_WORKLOADS = ("matmul", "batched_matmul", "gemm_bias_relu", "conv2d", "so
 def retime(measurer, naive, final, rounds: int = 3) -> tuple[float, float]:
     """The naive and the final program timed turn about (``measure_pair``:
     the engine's paired comparison, or the fallback's)."""
-    from leir.measuring import measure_pair
+    from leir.tools.measuring import measure_pair
 
     p = measure_pair(measurer, naive, final, rounds)
     if not p.ok:
@@ -53,10 +53,10 @@ def main(argv=None) -> int:
     parser.add_argument("--docs", help="append the table to this Markdown file")
     args = parser.parse_args(argv)
 
-    from leir.document import load_program
+    from leir.bridge.document import load_program
     from leir.measure import vendor_latency
-    from leir.measuring import default_measurer
-    from leir.optimize import optimize
+    from leir.tools.measuring import default_measurer
+    from leir.tools.optimize import optimize
     from leir.semantics import analyze
 
     measurer = default_measurer("llvm")

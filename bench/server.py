@@ -36,7 +36,6 @@ import json
 import os
 import platform
 import queue
-import statistics
 import subprocess
 import sys
 import sysconfig

@@ -6,7 +6,7 @@ of the machine's load:
 
 - ``engine``: ``MeasurementEngine.measure(use_cache=False)`` (a worker
   process; calibrated calls per run, 7 runs of at least 10 ms; median);
-- ``fallback``: ``leir.measuring.FallbackMeasurer`` in this process
+- ``fallback``: ``leir.tools.measuring.FallbackMeasurer`` in this process
   (``time_evaluator`` with ``number=1``, 5 runs of at least 20 ms; median);
 - ``in-process``: the engine's own protocol (``leir.measure.timing.
   time_module``) run in this process.
@@ -34,7 +34,7 @@ def in_process(analysis) -> float:
 
     from leir.inputs import random_inputs, zeros
     from leir.measure.timing import time_module
-    from leir.run import compile_program
+    from leir.bridge.run import compile_program
 
     compiled = compile_program(analysis, "llvm")
     inputs = random_inputs(analysis, 0)
@@ -50,15 +50,15 @@ def main(argv=None) -> int:
     parser.add_argument("--workloads", default="batched_matmul,matmul,softmax")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
-    from leir.targets import kernel_threads
+    from leir.bridge.targets import kernel_threads
 
     # Kernels timed in this process run on the threads the measurement
     # engine's workers use (TVM's default is half the CPUs, pinned).
     os.environ.setdefault("TVM_NUM_THREADS", str(kernel_threads()))
 
-    from leir.document import load_program
+    from leir.bridge.document import load_program
     from leir.measure import MeasurementEngine
-    from leir.measuring import FallbackMeasurer
+    from leir.tools.measuring import FallbackMeasurer
 
     fallback = FallbackMeasurer()
     print("| workload | engine ms | fallback ms | in-process ms | fallback / engine | in-process / engine "

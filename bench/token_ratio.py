@@ -1,5 +1,5 @@
 """Tokens of the canonical LEIR form against the equivalent TVMScript, per
-bundled example, with the SmolLM2 BPE tokenizer (leir.token_counts).
+bundled example, with the SmolLM2 BPE tokenizer (leir.tools.token_counts).
 
     python bench/token_ratio.py [--docs docs/token-ratio.md]
 
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from leir import ast as A  # noqa: E402
-from leir.document import load_leir  # noqa: E402
+from leir.bridge.document import load_leir  # noqa: E402
 from leir.format import canonical_program  # noqa: E402
 from leir.printer import print_program  # noqa: E402
 
@@ -46,8 +46,8 @@ def strip_comments(program: A.Program) -> A.Program:
 
 
 def measure(path: Path) -> dict:
-    from leir.lower import to_tvmscript
-    from leir.token_counts import count_tokens
+    from leir.bridge.lower import to_tvmscript
+    from leir.tools.token_counts import count_tokens
 
     doc = load_leir(path.read_text())
     program = strip_comments(canonical_program(doc.analysis, minimal=True))
@@ -91,7 +91,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--docs", type=Path, help="also write the table into this markdown file")
     args = parser.parse_args()
-    from leir.token_counts import tokenizer_name
+    from leir.tools.token_counts import tokenizer_name
 
     rows = [measure(p) for p in sorted((ROOT / "examples").glob("*.leir"))]
     out = table(rows)

@@ -78,7 +78,7 @@ def sample_rng(example: str, transform_id: str) -> random.Random:
 def run_example(task: tuple[str, int | None, tuple[str, ...] | None]) -> ExampleResult:
     """Apply and verify (a sample of) every offered step of one example."""
     name, sample, only = task
-    from leir.document import load_leir
+    from leir.bridge.document import load_leir
     from leir.semantics import analyze
     from leir import transforms as T
     from leir.transforms.base import Context
@@ -148,7 +148,7 @@ def shout(r: StepResult) -> None:
 def listing_times(name: str, runs: int) -> dict:
     """Median time of ``candidates(analysis)`` on one example, in total and
     per transformation (on a context whose shared tables are built)."""
-    from leir.document import load_leir
+    from leir.bridge.document import load_leir
     from leir import transforms as T
     from leir.transforms.base import Context
 
@@ -184,7 +184,7 @@ def listing_times(name: str, runs: int) -> dict:
 
 def largest_example(names: list[str]) -> str:
     """The example with the most equations, then the most candidates."""
-    from leir.document import load_leir
+    from leir.bridge.document import load_leir
     from leir import transforms as T
 
     def size(name: str) -> tuple[int, int]:
@@ -196,7 +196,7 @@ def largest_example(names: list[str]) -> str:
 
 def slowest_listing(names: list[str], runs: int) -> tuple[str, float]:
     """The example whose ``candidates(analysis)`` takes longest (median)."""
-    from leir.document import load_leir
+    from leir.bridge.document import load_leir
     from leir import transforms as T
 
     medians = {}

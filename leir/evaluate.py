@@ -41,7 +41,7 @@ from leir import ast as A
 from leir import value_types as VT
 from leir.errors import LeirError
 from leir.inputs import check_inputs, numpy_dtype
-from leir.printer import print_expr
+from leir.printer import access_text, equation_text
 from leir.semantics import Analysis, EquationInfo, TensorInfo
 
 #: Iterations evaluated as one array operation at most (a few arrays of this
@@ -241,7 +241,7 @@ class _Interpreter:
             else:
                 self.assign(info, tensor, values, grid, written)
         except VT.TypeRuleError as exc:
-            raise EvaluationError(f"in {_equation_text(eq)}: {exc}") from None
+            raise EvaluationError(f"in {equation_text(eq)}: {exc}") from None
         return True
 
     def assign(self, info: EquationInfo, tensor: TensorInfo, values: "_Values", grid: _Grid, written) -> None:
@@ -315,7 +315,7 @@ class _Values:
         for d, (index, extent) in enumerate(zip(indices, tensor.shape)):
             if np.size(index) and (np.min(index) < 0 or np.max(index) >= extent):
                 bad = int(np.min(index)) if np.min(index) < 0 else int(np.max(index))
-                raise EvaluationError(f"{_access_text(access)} goes outside {access.tensor}: index {d} takes the value "
+                raise EvaluationError(f"{access_text(access)} goes outside {access.tensor}: index {d} takes the value "
                                       f"{bad}, but dimension {d} has extent {extent}")
         return indices
 
@@ -496,13 +496,3 @@ def _separable(var: str, nest: A.Nest) -> bool:
         if not any(all(a.indices is not None and a.indices[d] == A.Var(var) for a in accesses) for d in range(rank)):
             return False
     return True
-
-
-def _access_text(access: A.Access) -> str:
-    return print_expr(access, declared=frozenset({access.tensor}))
-
-
-def _equation_text(eq: A.Equation) -> str:
-    from leir.lower import equation_text
-
-    return equation_text(eq)

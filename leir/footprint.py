@@ -32,7 +32,7 @@ element for ``i4``/``u4``):
   Measured (``/tmp``-style script: ``ru_maxrss`` of a process that has
   built one kernel, before and after): ``C = A + B`` on f32[4000,4000]
   (tensors 192 MB) peaked 941 MB higher verifying a step and 940 MB higher
-  for ``leir.run.check``; the model says 1024 MB for both. The issue's
+  for ``leir.bridge.run.check``; the model says 1024 MB for both. The issue's
   12000x12000 verification peaked at 6.3 GB; the model says 9.2 GB.
 
 The budget is ``LEIR_MEMORY_BUDGET_MB`` in the environment (the command

@@ -2,7 +2,7 @@
 and reproducible random inputs.
 
 Shared by the NumPy evaluator (``leir.evaluate``) and the TVM runner
-(``leir.run``), so both accept and reject exactly the same inputs. Imports
+(``leir.bridge.run``), so both accept and reject exactly the same inputs. Imports
 nothing but NumPy (and ml_dtypes, which TVM depends on, for bf16/f8/i4).
 """
 

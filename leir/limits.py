@@ -31,7 +31,7 @@ pass has to be written with giant inputs in mind.
 - Expression depth and bracket nesting: ``leir.parser.MAX_EXPR_DEPTH`` and
   ``MAX_NESTING`` (the parser and the tree walks recurse once per level).
 - ``MAX_STATEMENTS``: equations in one program: 50,000, about 200,000
-  lines, past the 8 MiB a document may have (``leir.document``) for any
+  lines, past the 8 MiB a document may have (``leir.bridge.document``) for any
   sensible layout; it bounds the passes that compare equations pairwise.
 """
 

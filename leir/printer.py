@@ -200,3 +200,17 @@ class _Compact:
         if not item.bracketed:
             return "".join(self.item(e) for e in item.body)
         return "".join(loop_header(l, compact=True) for l in item.loops) + "[" + "".join(self.item(b) for b in item.body) + "];"
+
+
+def equation_text(eq: A.Equation) -> str:
+    """An equation on one line, without superscripts (for messages)."""
+    names = frozenset(n.tensor for n in A.walk(eq) if isinstance(n, A.Access))
+    text = f"{print_expr(eq.lhs, declared=names)} = {print_expr(eq.rhs, declared=names)}"
+    if eq.predicate is not None:
+        text += f" where {print_expr(eq.predicate, declared=names)}"
+    return text
+
+
+def access_text(access: A.Access) -> str:
+    """An access on its own, without superscripts (for messages)."""
+    return print_expr(access, declared=frozenset({access.tensor}))

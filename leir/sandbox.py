@@ -13,7 +13,7 @@ those workers share:
   uses.
 - ``mark_isolated()`` / ``isolated()``: a worker that already runs under
   such limits says so, and code that would otherwise hand work to a worker
-  of its own (``leir.tvmscript`` parsing) does it in place.
+  of its own (``leir.bridge.tvmscript`` parsing) does it in place.
 - ``worker_initializer(cap)``: both at once, as a pool's ``initializer``.
 
 Importing this module is cheap (no TVM, no NumPy).
@@ -74,7 +74,7 @@ def worker_initializer(cap: int | None = DEFAULT_MEMORY_CAP) -> None:
 
 #: What a measurement worker imports (``leir.measure``): the forkserver
 #: imports them once when a measurement engine starts it.
-MEASUREMENT_PRELOAD = ["numpy", "tvm", "leir.run", "leir.evaluate", "leir.document", "leir.measure.worker"]
+MEASUREMENT_PRELOAD = ["numpy", "tvm", "leir.bridge.run", "leir.evaluate", "leir.bridge.document", "leir.measure.worker"]
 
 #: Modules the process's forkserver imports once, for every worker forked
 #: from it: what every caller of ``worker_context`` (and ``want_preloaded``)
@@ -106,3 +106,18 @@ def worker_context(preload=()):
             ctx.set_forkserver_preload(list(_preload))
             return ctx
         return multiprocessing.get_context("spawn")
+
+
+def exit_text(code: int | None) -> str:
+    """How a child process ended, from its exit code (``Process.exitcode``):
+    "exit status 3", "signal 9, SIGKILL", or "still running" (None)."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        import signal
+
+        try:
+            return f"signal {-code}, {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit status {code}"

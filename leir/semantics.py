@@ -35,7 +35,7 @@ from leir.ast import Span
 from leir.cancel import checkpoint
 from leir.limits import MAX_ELEMENTS, MAX_ITERATIONS, power_text
 from leir.diagnostics import Diagnostic, Related, error, warning
-from leir.printer import print_expr
+from leir.printer import access_text
 
 #: Initial value implied for each reduction combiner.
 COMBINER_INIT = {"sum": 0.0, "prod": 1.0, "max": float("-inf"), "min": float("inf")}
@@ -802,7 +802,7 @@ class _Analyzer:
             if kind == "assign" and repeated:
                 loop = repeated[0]
                 self.report(warning(lhs.span or _NO_SPAN, "repeated-write",
-                                    f"{_access_text(lhs)} is written on every iteration of loop {loop.var}, which its index does not use; "
+                                    f"{access_text(lhs)} is written on every iteration of loop {loop.var}, which its index does not use; "
                                     f"only the last iteration's value remains",
                                     Related(loop.span or _NO_SPAN, f"loop {loop.var}")))
             infos.append(EquationInfo(site, kind, combiner, operand, spatial, rest, k))
@@ -959,7 +959,7 @@ class _Analyzer:
     def report_race(self, info: EquationInfo, loop: A.Loop, values: tuple[int, int], element: tuple[int, ...] | None) -> None:
         lhs = info.equation.lhs
         span = loop.var_span or loop.span or _NO_SPAN
-        target = f"element ({', '.join(map(str, element))}) of {lhs.tensor}" if element else _access_text(lhs)
+        target = f"element ({', '.join(map(str, element))}) of {lhs.tensor}" if element else access_text(lhs)
         a, b = values
         if loop.kind == "V" and loop.var in info.reduce_axes and info.kind in ("reduce", "update"):
             # Measured with TVM 0.27: the vectorized reduction builds and
@@ -1012,11 +1012,6 @@ def _dims_text(shape: tuple[int, ...]) -> str:
 
 def _kind_name(kind: str) -> str:
     return {"P": "parallel", "V": "vectorized", "B": "thread-bound", "U": "unrolled", "L": "serial"}.get(kind, kind)
-
-
-def _access_text(a: A.Access) -> str:
-    return print_expr(a, declared=frozenset({a.tensor}))
-
 
 def _injective(forms: list, loops: list[A.Loop]) -> bool:
     """Whether the affine ``forms`` (one per index) map the iterations of

@@ -1,5 +1,5 @@
 """How an equation's value is typed: the rules the TVM lowering
-(``leir.lower``) and the NumPy evaluator (``leir.evaluate``) both follow, so
+(``leir.bridge.lower``) and the NumPy evaluator (``leir.evaluate``) both follow, so
 that the two compute the same thing.
 
 docs/leir-syntax.md says the value is computed in the written tensor's

@@ -177,7 +177,7 @@ def _control(directory: Path) -> None:
     import tvm.script
     from tvm.script.parser import ir, tirx
 
-    from leir.tvmscript.discovery import find_kernels
+    from leir.bridge.tvmscript.discovery import find_kernels
 
     payloads, hung = files(directory), []
     for payload in payloads:

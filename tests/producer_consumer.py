@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from leir.document import load_leir
+from leir.bridge.document import load_leir
 from leir.semantics import analyze
 from leir.transforms import apply, verify
 from leir.transforms.base import Candidate, Context

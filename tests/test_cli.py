@@ -26,7 +26,7 @@ L^{16}_{i}
 
 
 def leir(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "leir.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+    return subprocess.run([sys.executable, "-m", "leir.tools.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
 
 
 def write(tmp_path: Path, name: str, text: str | bytes) -> Path:

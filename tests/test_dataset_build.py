@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from leir.dataset import records
-from leir.dataset.build import PROGRESS, SAMPLES, BuildConfig, DatasetError, build, read_samples
+from leir.tools.dataset import records
+from leir.tools.dataset.build import PROGRESS, SAMPLES, BuildConfig, DatasetError, build, read_samples
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +51,7 @@ def test_tiny_build_writes_samples_for_both_workloads_and_their_variants(tiny):
 
 
 def test_every_field_follows_the_schema(tiny):
-    from leir.document import load_leir
+    from leir.bridge.document import load_leir
     from leir.format import canonical_program
     from leir.printer import print_program
     from leir.transforms import get
@@ -129,7 +129,7 @@ def test_trajectories_chain_one_chosen_step_per_state(tiny):
 
 
 def test_every_step_reapplies_with_leir_apply(tiny, tmp_path, capsys):
-    from leir.cli import main
+    from leir.tools.cli import main
 
     _, _, samples = tiny
     for s in samples:
@@ -141,7 +141,7 @@ def test_every_step_reapplies_with_leir_apply(tiny, tmp_path, capsys):
 
 
 def test_every_verified_sample_reverifies(tiny):
-    from leir.document import load_leir
+    from leir.bridge.document import load_leir
     from leir.transforms import verify
 
     _, _, samples = tiny
@@ -233,9 +233,9 @@ def test_resuming_with_other_settings_is_refused(tiny):
     ("conv_bn_relu.leir", {"id": "expand_factorization", "args": {"block": "Y"}}),
 ])
 def test_equivalence_feeds_both_programs_the_inputs_of_the_program_before(workload, step):
-    from leir.dataset.build import _equivalence, _State
-    from leir.dataset.variants import strip_comments
-    from leir.document import load_leir, read_text
+    from leir.tools.dataset.build import _equivalence, _State
+    from leir.tools.dataset.variants import strip_comments
+    from leir.bridge.document import load_leir, read_text
     from leir.semantics import analyze
     from leir.transforms import apply, step_from_json, verify
 
@@ -260,7 +260,7 @@ def test_full_verification_builds_both_programs_with_tvm(tmp_path):
 def test_progress_counts_states_and_drops_those_of_a_trajectory_that_ends_early():
     import io
 
-    from leir.dataset.build import _Progress
+    from leir.tools.dataset.build import _Progress
 
     stream = io.StringIO()  # not a terminal: a line per finished trajectory
     # 3 trajectories of at most 4 steps: one finished, one resumed after 2 states.
@@ -283,7 +283,7 @@ def test_a_kernel_that_fails_the_reference_check_is_a_sample_not_verified(tmp_pa
 
     from leir.measure import MeasurementEngine
     from leir.measure.measurement import failure
-    from leir.run import Comparison
+    from leir.bridge.run import Comparison
 
     class OneWrong:
         def __init__(self, engine):

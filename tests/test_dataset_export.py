@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from leir.dataset import records
-from leir.dataset.build import SAMPLES, read_samples
-from leir.dataset.export import (
+from leir.tools.dataset import records
+from leir.tools.dataset.build import SAMPLES, read_samples
+from leir.tools.dataset.export import (
     SPLITS,
     assign_splits,
     chat_pair,
@@ -171,7 +171,7 @@ def test_export_loads_with_the_datasets_library(exported, tmp_path):
 
 
 def test_stats_of_the_committed_sample(tmp_path):
-    from leir.dataset.stats import compute, format_stats, plot
+    from leir.tools.dataset.stats import compute, format_stats, plot
 
     stats = compute(SAMPLE_DIR, tokens=False)
     samples = list(read_samples(SAMPLE_DIR))
@@ -194,12 +194,12 @@ def test_stats_of_the_committed_sample(tmp_path):
 
 
 def test_stats_counts_tokens_with_the_token_figure_tokenizer():
-    tokens = pytest.importorskip("leir.token_counts")
+    tokens = pytest.importorskip("leir.tools.token_counts")
     try:
         tokens.count_tokens("L")
     except ImportError as e:
         pytest.skip(f"the tokenizer is optional ({e})")
-    from leir.dataset.stats import compute
+    from leir.tools.dataset.stats import compute
 
     stats = compute(SAMPLE_DIR, tokens=True)
     first = next(read_samples(SAMPLE_DIR))
@@ -208,7 +208,7 @@ def test_stats_counts_tokens_with_the_token_figure_tokenizer():
 
 
 def test_cli_stats_and_errors_are_one_line(tmp_path, capsys):
-    from leir.cli import main
+    from leir.tools.cli import main
 
     shutil.copy(SAMPLE_DIR / SAMPLES, tmp_path / SAMPLES)
     assert main(["dataset", "stats", str(tmp_path), "--no-plots", "--no-tokens", "--json"]) == 0

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from leir.dataset.build import BuildConfig, build, read_samples
+from leir.tools.dataset.build import BuildConfig, build, read_samples
 from test_measure_rpc import KEY, LOOPBACK, tracker  # noqa: F401 - the module's fixture
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from leir import ast as A
-from leir.dataset.variants import (
+from leir.tools.dataset.variants import (
     MIN_SCALED,
     VariantError,
     check_variant,
@@ -21,7 +21,7 @@ from leir.dataset.variants import (
     strip_comments,
     workload_variants,
 )
-from leir.document import load_leir, read_text
+from leir.bridge.document import load_leir, read_text
 from leir.semantics import analyze
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

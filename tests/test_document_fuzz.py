@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 import docfuzz
 from leir import cancel, limits
-from leir.document import load_leir
+from leir.bridge.document import load_leir
 from leir_server import requests
 from leir_server.server import build_server
 from leir_server.session import DocumentSnapshot

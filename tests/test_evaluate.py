@@ -427,6 +427,6 @@ def test_out_of_bounds_index_behind_a_data_dependent_guard():
 
 
 def test_the_evaluator_does_not_import_tvm():
-    code = ("import sys; from leir.evaluate import evaluate; from leir.run import check; from leir.lower import lower; "
+    code = ("import sys; from leir.evaluate import evaluate; from leir.bridge.run import check; from leir.bridge.lower import lower; "
             "assert 'tvm' not in sys.modules, 'tvm imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

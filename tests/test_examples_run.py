@@ -16,11 +16,11 @@ pytest.importorskip("tvm")
 from leir import ast as A  # noqa: E402
 from leir.evaluate import evaluate  # noqa: E402
 from leir.inputs import random_inputs  # noqa: E402
-from leir.lower import lower  # noqa: E402
+from leir.bridge.lower import lower  # noqa: E402
 from leir.parser import parse  # noqa: E402
-from leir.run import build, compare, run  # noqa: E402
+from leir.bridge.run import build, compare, run  # noqa: E402
 from leir.semantics import analyze  # noqa: E402
-from leir.targets import cuda_build_target  # noqa: E402
+from leir.bridge.targets import cuda_build_target  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

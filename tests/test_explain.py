@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from leir.document import load_leir
+from leir.bridge.document import load_leir
 from leir.explain import (
     Machine,
     access_facts,

@@ -1,4 +1,4 @@
-"""leir.jobs: what the server's worker processes run. Called here in the
+"""leir.tools.jobs: what the server's worker processes run. Called here in the
 test process (they are plain functions of plain arguments)."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from multiprocessing import Pipe
 import pytest
 
 from leir import transforms
-from leir.document import load_leir
-from leir.jobs import Applied, Converted, Failure, apply_step, convert, kernel_program, optimize_child
+from leir.bridge.document import load_leir
+from leir.tools.jobs import Applied, Converted, Failure, apply_step, convert, kernel_program, optimize_child
 from leir.printer import print_program
-from leir.measuring import StepOutcomes, program_digest, tvmscript_namespace
+from leir.tools.measuring import StepOutcomes, program_digest, tvmscript_namespace
 from leir.transforms import Step
 from leir.transforms.verify import Verification
 from programs import SPLIT_I, TRANSPOSE

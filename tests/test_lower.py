@@ -10,11 +10,11 @@ import pytest
 
 tvm = pytest.importorskip("tvm")
 
-from leir.lower import LoweringError, lower, thread_loops, to_tvmscript  # noqa: E402
+from leir.bridge.lower import LoweringError, lower, thread_loops, to_tvmscript  # noqa: E402
 from leir.parser import parse  # noqa: E402
-from leir.run import build  # noqa: E402
+from leir.bridge.run import build  # noqa: E402
 from leir.semantics import analyze  # noqa: E402
-from leir.targets import cuda_build_target  # noqa: E402
+from leir.bridge.targets import cuda_build_target  # noqa: E402
 
 
 def analysed(text: str):

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from leir.document import load_leir
+from leir.bridge.document import load_leir
 from leir.measure import cache as C
 from leir.measure.cache import CacheError, MeasurementCache, cache_directory
 from leir.measure.key import measurement_key, structural_text, workload_key
 from leir.measure.measurement import Measurement, VendorResult, failure
-from leir.run import Comparison
+from leir.bridge.run import Comparison
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -99,7 +99,7 @@ def test_vendor_key_does_not_depend_on_target_or_toolchain():
 def test_computing_a_key_and_reading_the_cache_do_not_import_tvm(tmp_path):
     code = textwrap.dedent(f"""
         import sys
-        from leir.document import load_leir
+        from leir.bridge.document import load_leir
         from leir.measure import MeasurementEngine, measurement_key
         from leir.measure.cache import MeasurementCache
         analysis = load_leir({MATMUL!r}).analysis

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from leir.cli import main
+from leir.tools.cli import main
 
 pytestmark = pytest.mark.slow
 

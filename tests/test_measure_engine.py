@@ -80,7 +80,7 @@ def test_the_second_request_is_a_cache_hit(engine):
 
 
 def test_a_kernel_checked_against_a_reference_program_on_every_seed(engine):
-    from leir.document import load_leir
+    from leir.bridge.document import load_leir
     from leir.inputs import SEEDS
     from leir.measure.key import reference_key
 
@@ -136,7 +136,7 @@ def test_the_vendor_reference_is_the_workloads(engine):
 
 def test_workers_run_kernels_on_the_threads_the_device_name_says(engine):
     # TVM's default would be half the CPUs (one on two vCPUs), pinned to CPU 0.
-    from leir.targets import kernel_threads
+    from leir.bridge.targets import kernel_threads
 
     assert engine.wait_ready(120)
     assert engine.device.endswith(f"({kernel_threads()} thread{'' if kernel_threads() == 1 else 's'})")

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from leir.document import load_leir
+from leir.bridge.document import load_leir
 from leir.measure import device as D
 from leir.measure import timing as T
 from leir.measure import vendor as V

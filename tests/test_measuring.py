@@ -1,4 +1,4 @@
-"""``leir.measuring``: the plan that measures a program and then its top next
+"""``leir.tools.measuring``: the plan that measures a program and then its top next
 steps (watch mode and the server's auto-measure both follow it), and the
 engine-backed measurer's lookup, recording and submission, with stand-ins
 for the engine (nothing is built here)."""
@@ -12,7 +12,7 @@ import pytest
 
 from leir.errors import LeirError
 from leir.footprint import MemoryBudgetExceeded
-from leir.measuring import REFUSED, EngineMeasurer, Measurer, TopStepsPlan
+from leir.tools.measuring import REFUSED, EngineMeasurer, Measurer, TopStepsPlan
 
 
 @dataclass
@@ -178,7 +178,7 @@ class FakeLookup:
 
 
 def test_the_engine_measurer_looks_up_records_and_submits_at_its_priority(monkeypatch):
-    from leir import measuring
+    from leir.tools import measuring
 
     warned = []  # the server's logging set-up may keep records from pytest's capture: listen here
     monkeypatch.setattr(measuring.logger, "warning", lambda fmt, *args: warned.append(fmt % args))
@@ -197,7 +197,7 @@ def test_the_engine_measurer_looks_up_records_and_submits_at_its_priority(monkey
 
 
 def test_an_engine_measurer_without_a_cache_looks_up_nothing(monkeypatch):
-    from leir import measuring
+    from leir.tools import measuring
 
     monkeypatch.setattr(measuring.MeasuredLookup, "for_engine", classmethod(lambda cls, engine: None))
     m = EngineMeasurer(FakeEngine())

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from leir import transforms
-from leir.document import load_leir
+from leir.bridge.document import load_leir
 from leir.footprint import (MemoryBudgetExceeded, budget_diagnostics, check_budget, footprint, format_bytes,
                             worker_cap)
 from leir.semantics import analyze
@@ -59,11 +59,11 @@ def test_a_program_just_over_the_budget_is_refused_before_any_build(monkeypatch)
     before = _analysis(64)
     after = analyze(transforms.apply(before, SPLIT))
     needed = footprint(before).verify_bytes(footprint(after))
-    import leir.run
+    import leir.bridge.run
 
     built = []
-    real_build = leir.run.build
-    monkeypatch.setattr(leir.run, "build", lambda *a, **k: built.append(1) or real_build(*a, **k))
+    real_build = leir.bridge.run.build
+    monkeypatch.setattr(leir.bridge.run, "build", lambda *a, **k: built.append(1) or real_build(*a, **k))
 
     monkeypatch.setenv("LEIR_MEMORY_BUDGET_MB", repr((needed - 1) / 1e6))  # one byte short
     with pytest.raises(MemoryBudgetExceeded, match="the tensors of this program take 49 kB"):
@@ -76,7 +76,7 @@ def test_a_program_just_over_the_budget_is_refused_before_any_build(monkeypatch)
 
 
 def test_a_job_refuses_an_oversized_program_with_the_message(monkeypatch):
-    from leir.jobs import Failure, apply_step
+    from leir.tools.jobs import Failure, apply_step
 
     monkeypatch.setenv("LEIR_MEMORY_BUDGET_MB", "0.01")
     result = apply_step(ADD.format(n=64), "leir", {"id": "split", "args": SPLIT.args})
@@ -96,7 +96,7 @@ def test_the_command_line_refuses_in_one_line(tmp_path, command):
     path.write_text(ADD.format(n=64))
     env = {**os.environ, "LEIR_MEMORY_BUDGET_MB": "0.01", "LEIR_CACHE_DIR": str(tmp_path / "cache")}
     args = [a.format(file=path) for a in command]
-    done = subprocess.run([sys.executable, "-m", "leir.cli", *args], capture_output=True, text=True, env=env,
+    done = subprocess.run([sys.executable, "-m", "leir.tools.cli", *args], capture_output=True, text=True, env=env,
                           timeout=600)
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()

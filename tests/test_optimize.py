@@ -1,4 +1,4 @@
-"""``leir optimize``: the multi-step search (leir/optimize.py) and its CLI.
+"""``leir optimize``: the multi-step search (leir/tools/optimize.py) and its CLI.
 
 Most tests time programs with ``FakeMeasurer``, a deterministic latency
 model read off the program text, so that they test the search and not the
@@ -18,16 +18,16 @@ import zlib
 import pytest
 
 from leir import transforms
-from leir.measuring import CONFIRM_ROUNDS, FallbackMeasurer, Paired, Timing
-from leir.optimize import (
+from leir.tools.measuring import CONFIRM_ROUNDS, FallbackMeasurer, Paired, Timing
+from leir.tools.optimize import (
     CONFIRM_COST,
     Budget,
     OptimizeError,
     optimize,
     program_key,
 )
-from leir.ranking import access_strides, pick, rank
-from leir.document import load_leir
+from leir.tools.ranking import access_strides, pick, rank
+from leir.bridge.document import load_leir
 from leir.printer import print_program
 from leir.semantics import analyze
 
@@ -67,7 +67,7 @@ class FakeMeasurer:
 
 
 def leir(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "leir.cli", *args], capture_output=True, text=True, timeout=300,
+    return subprocess.run([sys.executable, "-m", "leir.tools.cli", *args], capture_output=True, text=True, timeout=300,
                           env={**os.environ, **(env or {})})
 
 
@@ -112,7 +112,7 @@ def test_pick_takes_one_step_per_loop_before_a_second_and_explores():
 
 @pytest.mark.slow
 def test_budget_memoises_by_program_and_stops_at_the_limit():
-    from leir.optimize import State
+    from leir.tools.optimize import State
 
     fake = FakeMeasurer()
     meter = Budget(fake, 2)

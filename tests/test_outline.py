@@ -1,4 +1,4 @@
-"""leir.outline: symbols, folding ranges and token classes of LEIR and
+"""leir.bridge.outline: symbols, folding ranges and token classes of LEIR and
 TVMScript text, without a server."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
-from leir import outline
-from leir.document import load_leir
+from leir.bridge import outline
+from leir.bridge.document import load_leir
 
 MATMUL = """\
 in A: f16[64,32]

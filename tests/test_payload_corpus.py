@@ -16,7 +16,7 @@ from lsprotocol import types
 
 import payloads
 from lsp_fixtures import CAPABILITIES, LEIR_SETTINGS, LeirClient
-from leir import cli
+from leir.tools import cli
 
 pytestmark = pytest.mark.slow
 

@@ -133,7 +133,7 @@ L^{4}_{i}
 
 
 def _canonical_leir(text: str) -> str | None:
-    from leir.document import load_leir
+    from leir.bridge.document import load_leir
     from leir.format import canonical_text
 
     doc = load_leir(text)

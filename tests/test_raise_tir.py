@@ -1,4 +1,4 @@
-"""Raising TensorIR to LEIR (``leir.raise_tir``).
+"""Raising TensorIR to LEIR (``leir.bridge.raise_tir``).
 
 The laws:
 
@@ -32,11 +32,11 @@ from leir import ast as A  # noqa: E402
 from leir.errors import LeirError  # noqa: E402
 from leir.evaluate import evaluate  # noqa: E402
 from leir.format import canonical_program  # noqa: E402
-from leir.lower import lower  # noqa: E402
+from leir.bridge.lower import lower  # noqa: E402
 from leir.parser import parse  # noqa: E402
 from leir.printer import print_program  # noqa: E402
-from leir.raise_tir import RaiseError, raise_func, raise_module  # noqa: E402
-from leir.run import build, run  # noqa: E402
+from leir.bridge.raise_tir import RaiseError, raise_func, raise_module  # noqa: E402
+from leir.bridge.run import build, run  # noqa: E402
 from leir.semantics import analyze  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -657,7 +657,7 @@ def _stores(stmt) -> list:
 
 def _run(func, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Build a TensorIR function for the CPU, run it, return the written
-    parameters (which start zeroed, as ``leir.run`` starts outputs)."""
+    parameters (which start zeroed, as ``leir.bridge.run`` starts outputs)."""
     executable = build(func, "llvm")
     args, outputs = [], []
     for p in func.params:

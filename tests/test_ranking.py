@@ -1,13 +1,13 @@
-"""The ranking seam (``leir.ranking``): the heuristic is one ``Ranker``; any
+"""The ranking seam (``leir.tools.ranking``): the heuristic is one ``Ranker``; any
 other ranker given to ``rank``, ``suggest`` or ``optimize`` decides the order
 in which steps are offered and tried, with its own facts."""
 
 from __future__ import annotations
 
-from leir.document import load_leir
-from leir.optimize import optimize
-from leir.ranking import HEURISTIC, Ranker, rank, score_step
-from leir.suggest import suggest
+from leir.bridge.document import load_leir
+from leir.tools.optimize import optimize
+from leir.tools.ranking import HEURISTIC, Ranker, rank, score_step
+from leir.tools.suggest import suggest
 from leir.transforms.base import Context
 from test_optimize import MATMUL, FakeMeasurer
 

@@ -8,9 +8,9 @@ import pytest
 
 from leir.inputs import InputError, domain_limited_inputs, random_inputs
 from leir.parser import parse
-from leir.run import RunError, BuildError, check, compare, run
+from leir.bridge.run import RunError, BuildError, check, compare, run
 from leir.semantics import analyze
-from leir.targets import cuda_target, gpu_problems
+from leir.bridge.targets import cuda_target, gpu_problems
 
 
 def analysed(text: str):
@@ -175,8 +175,8 @@ def test_packed_four_bit_tensors_cannot_be_passed_to_tvm():
 
 def test_build_failure_is_a_build_error():
     pytest.importorskip("tvm")
-    from leir.lower import lower
-    from leir.run import build
+    from leir.bridge.lower import lower
+    from leir.bridge.run import build
 
     with pytest.raises(BuildError, match="^TVM could not build the program: "):
         build(lower(analysed(MATMUL)), {"kind": "no-such-target"})
@@ -274,8 +274,8 @@ def test_check_reports_every_output_and_the_thread_note():
 
 def test_a_scalar_input_runs():
     # Regression: scalar inputs were passed as shape (1,) and TVM refused them.
-    from leir.document import load_leir
-    from leir.run import run
+    from leir.bridge.document import load_leir
+    from leir.bridge.run import run
 
     analysis = load_leir("L^{4}_{i} [ Y_{i} = X_{i}*s; ];").analysis
     out = run(analysis, {"X": np.arange(4, dtype="float32"), "s": np.float32(2.0)})

@@ -54,7 +54,7 @@ def apply_edit(text: str, edit: types.WorkspaceEdit) -> str:
 def leir_apply(tmp_path, text: str, step: dict) -> str:
     path = tmp_path / "doc.leir"
     path.write_text(text)
-    out = subprocess.run([sys.executable, "-m", "leir.cli", "apply", str(path), "--step", json.dumps(step)],
+    out = subprocess.run([sys.executable, "-m", "leir.tools.cli", "apply", str(path), "--step", json.dumps(step)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     return out.stdout
@@ -280,8 +280,8 @@ async def test_save_without_the_setting_publishes_nothing_new(leir_lsp: LeirClie
 
 
 def transpose_python() -> str:
-    from leir.document import load_leir
-    from leir.lower import to_tvmscript
+    from leir.bridge.document import load_leir
+    from leir.bridge.lower import to_tvmscript
 
     return to_tvmscript(load_leir(TRANSPOSE).analysis, "transpose")
 
@@ -298,7 +298,7 @@ async def test_python_kernel_actions_resolve_to_what_leir_apply_prints(leir_lsp:
     assert split.data["kernel"] == "transpose"
     path = tmp_path / "kernels.py"
     path.write_text(text)
-    out = subprocess.run([sys.executable, "-m", "leir.cli", "apply", str(path), "--step", json.dumps(SPLIT_I)],
+    out = subprocess.run([sys.executable, "-m", "leir.tools.cli", "apply", str(path), "--step", json.dumps(SPLIT_I)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert apply_edit(text, resolved.edit) == out.stdout

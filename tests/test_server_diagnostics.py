@@ -166,11 +166,11 @@ async def test_close_cancels_the_pending_check_and_clears():
 
 
 def test_a_slow_check_of_one_document_does_not_hold_up_another(monkeypatch):
-    import leir.document
+    import leir.bridge.document
     from leir_server.session import DocumentSnapshot
 
     started, release = threading.Event(), threading.Event()
-    real = leir.document.check_text
+    real = leir.bridge.document.check_text
 
     def slow_python(text, language):
         if language == "tvmscript":
@@ -178,7 +178,7 @@ def test_a_slow_check_of_one_document_does_not_hold_up_another(monkeypatch):
             release.wait(60)
         return real(text, language)
 
-    monkeypatch.setattr(leir.document, "check_text", slow_python)
+    monkeypatch.setattr(leir.bridge.document, "check_text", slow_python)
     python = DocumentSnapshot("file:///t/k.py", 1, "x = 1\n", "tvmscript")
     leir_doc = DocumentSnapshot(URI, 1, BAD, "leir")
     worker = threading.Thread(target=lambda: python.checked)

@@ -274,7 +274,7 @@ async def test_formatting_agrees_with_leir_fmt_on_the_examples(leir_lsp: LeirCli
             text_document=_doc(uri), options=types.FormattingOptions(tab_size=2, insert_spaces=True)))
         one_line = tmp_path / path.name
         one_line.write_text(text)
-        fmt = subprocess.run([sys.executable, "-m", "leir.cli", "fmt", str(one_line)],
+        fmt = subprocess.run([sys.executable, "-m", "leir.tools.cli", "fmt", str(one_line)],
                              capture_output=True, text=True, timeout=120)
 
         assert fmt.returncode == 0, fmt.stderr

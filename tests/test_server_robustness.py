@@ -111,7 +111,7 @@ async def test_edits_after_characters_python_breaks_lines_at_land_where_sent(lei
 
 
 def _canonical(text: str) -> str:
-    from leir.document import load_leir
+    from leir.bridge.document import load_leir
     from leir.format import canonical_text
 
     doc = load_leir(text)

@@ -94,7 +94,7 @@ def test_restart_closes_the_engine_and_the_next_one_is_new(workers):
 
 
 async def test_an_optimize_process_that_dies_fails_its_run(workers):
-    from leir.jobs import Failure
+    from leir.tools.jobs import Failure
     from leir_server.workers import OptimizeRun
 
     run = OptimizeRun(workers, "L^{8}_{i} [ Y_{i} = X_{i} + 1; ];\n", "leir", None, {"steps": 1, "budget": 4},

@@ -1,4 +1,4 @@
-"""leir.suggest: the steps at a cursor, ranked, with cached latencies only."""
+"""leir.tools.suggest: the steps at a cursor, ranked, with cached latencies only."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import time
 
 import pytest
 
-from leir.document import load_leir
+from leir.bridge.document import load_leir
 from leir.measure import MeasurementCache
 from leir.measure.key import measurement_key
 from leir.measure.measurement import Measurement
 from leir.printer import print_program
 from leir.semantics import analyze
-from leir.measuring import MeasuredLookup, StepOutcomes, program_digest
-from leir.suggest import Suggestion, order, suggest
+from leir.tools.measuring import MeasuredLookup, StepOutcomes, program_digest
+from leir.tools.suggest import Suggestion, order, suggest
 from leir.transforms import Step
 
 TRANSPOSE = """\
@@ -76,7 +76,7 @@ def test_suggestions_on_a_loop_header_act_on_that_loop_best_first():
 
 
 def test_scores_at_the_cursor_are_rank_scores(examples_dir):
-    from leir.ranking import rank
+    from leir.tools.ranking import rank
 
     compared = 0
     for path in sorted(examples_dir.glob("*.leir")):
@@ -160,7 +160,7 @@ def test_listing_imports_no_tvm_on_any_example(examples_dir):
     probe = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from leir.suggest import suggest\n"
+        "from leir.tools.suggest import suggest\n"
         "found = 0\n"
         f"for path in sorted(Path({str(examples_dir)!r}).glob('*.leir')):\n"
         "    text = path.read_text()\n"
@@ -176,7 +176,7 @@ def test_listing_imports_no_tvm_on_any_example(examples_dir):
 
 @pytest.mark.slow
 def test_python_kernel_suggestions_name_its_blocks_and_ranges():
-    from leir.lower import to_tvmscript
+    from leir.bridge.lower import to_tvmscript
 
     text = to_tvmscript(analyze(load_leir(TRANSPOSE).program), "transpose")
     at = text.index("for i, j")

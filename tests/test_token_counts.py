@@ -1,4 +1,4 @@
-"""Token counts under SmolLM2's BPE (leir/token_counts.py).
+"""Token counts under SmolLM2's BPE (leir/tools/token_counts.py).
 
 Expected ids were read from the SmolLM2 tokenizer as transformers builds it
 from the same GGUF file; ``test_space_run_before_digit_keeps_digits_alone``
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leir import token_counts as tokens
-from leir.token_counts import TokenizerUnavailable, count_tokens, token_ids, tokenizer_name
+from leir.tools import token_counts as tokens
+from leir.tools.token_counts import TokenizerUnavailable, count_tokens, token_ids, tokenizer_name
 
 LOOP = "L^{512}_{i=0}"
 EQUATION = "C_{i,j} = C_{i,j} + X_{i,k}*W_{k,j};"
@@ -140,7 +140,7 @@ def test_loading_never_touches_the_network():
         "    raise AssertionError('network use')\n"
         "socket.socket.connect = socket.socket.connect_ex = refuse\n"
         "socket.create_connection = socket.getaddrinfo = refuse\n"
-        "from leir.token_counts import count_tokens\n"
+        "from leir.tools.token_counts import count_tokens\n"
         "print(count_tokens('L^{512}_{i=0}'), os.environ['HF_HUB_OFFLINE'])\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)

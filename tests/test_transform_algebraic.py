@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from leir.document import load_leir
+from leir.bridge.document import load_leir
 from leir.printer import print_expr, print_program
 from leir.transforms import (apart, cancellation, collect, expand_cancellation, expand_collect, expand_factorization,
                              expand_log, expand_powsimp, factorization, logsimp, powsimp, together)
@@ -415,7 +415,7 @@ def test_every_step_on_random_values_computes_the_same():
     what the value gave, by the NumPy evaluator within Step-TP's tolerances."""
     from leir.evaluate import evaluate
     from leir.inputs import random_inputs
-    from leir.run import compare
+    from leir.bridge.run import compare
 
     rng = random.Random(7)
     steps: dict[str, int] = {}

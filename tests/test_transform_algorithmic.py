@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from leir import transforms
-from leir.document import load_leir
+from leir.bridge.document import load_leir
 from leir.printer import print_program
 from leir.semantics import analyze
 from leir.transforms import Step, apply, verify
@@ -600,7 +600,7 @@ def _refused_by_the_checker(module, reason: str) -> None:
     """A program the checker already refuses (a reduction writing one element
     from several iterations would be re-initialised by TVM), so the step is
     never asked for."""
-    from leir.document import load_leir
+    from leir.bridge.document import load_leir
 
     table, _ = REFUSALS[module]
     text = table[reason][0].replace("$0", "")

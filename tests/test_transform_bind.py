@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from leir.document import load_leir
+from leir.bridge.document import load_leir
 from leir.transforms import BadStep, apply
 from leir.transforms.steps import bind
 from leir.transforms.base import Context, Step

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from leir.document import load_leir
+from leir.bridge.document import load_leir
 from leir.transforms import BadStep, StaleStep, apply
 from leir.transforms.steps import cache_write
 from leir.transforms.base import Context, Step

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from leir.document import load_leir
+from leir.bridge.document import load_leir
 from leir.semantics import analyze
 from leir.transforms.steps import decompose_reduction
 from leir.transforms.base import Context
@@ -122,7 +122,7 @@ def test_decompose_fail_guard_skipping_the_first_iteration():
     # Such a program no longer checks (guarded-reduction-init), so the step
     # is never asked for; a guard that holds at k = 0 is fine.
     text = MATMUL.replace("X_{i,k}*W_{k,j};", "X_{i,k}*W_{k,j} where k >= 2;")
-    from leir.document import load_leir
+    from leir.bridge.document import load_leir
 
     assert [d.code for d in load_leir(text).diagnostics if d.is_error] == ["guarded-reduction-init"]
     assert offered(text.replace("k >= 2", "k < 6"))

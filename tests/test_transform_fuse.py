@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from leir.document import load_leir
+from leir.bridge.document import load_leir
 from leir.printer import print_program
 from leir.semantics import analyze
 from leir.transforms import NotApplicable, Step, apply, verify
+from leir.transforms.lib import loop_pairs
 from leir.transforms.steps import fuse, reorder
 from leir.transforms.base import Context
 from leir.transforms.testing import check_action, check_not_applicable
@@ -259,7 +260,7 @@ def test_fuse_offered_exactly_when_check_passes(path):
     ctx = context(path.read_text())
     offered_steps = {c.step for c in fuse.candidates(ctx, None)}
     for site in ctx.loop_sites:
-        for child in reorder.child_loops(ctx, site):
+        for child in loop_pairs.child_loops(ctx, site):
             args = {"block": ctx.block_names[child.equations[0]], "loops": [site.loop.var, child.loop.var]}
             try:
                 fuse.check(ctx, args)

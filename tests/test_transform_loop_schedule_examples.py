@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from leir import ast as A
-from leir.document import load_leir
+from leir.bridge.document import load_leir
 from leir.printer import print_program
 from leir.semantics import analyze
 from leir.transforms import NotApplicable, apply
@@ -241,7 +241,7 @@ class _Programs:
 def generated(seed: int) -> str | None:
     """A generated program that checks and that TVM runs as the evaluator
     does (reads of never-written temporaries are left out this way)."""
-    from leir.run import check
+    from leir.bridge.run import check
 
     for attempt in range(20):
         text = print_program(_Programs(seed * 100 + attempt).program())

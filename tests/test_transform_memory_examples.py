@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from leir.document import load_leir
+from leir.bridge.document import load_leir
 from leir.semantics import analyze
 from leir.transforms import NotApplicable, apply
 from leir.transforms.steps import cache_read, cache_write, set_scope, storage_align, transform_layout

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from leir.document import load_leir
+from leir.bridge.document import load_leir
 from leir.printer import print_program
 from leir.transforms import apply, verify
 from leir.transforms.steps import (
@@ -925,7 +925,7 @@ def _families(ctx: Context, module) -> list[dict]:
     if module in (operator_fusion, tensor_concat):
         return [ctx.loop_ref(s) for s in sites]
     if module is operator_fission:
-        from leir.transforms.steps.operator_fusion import equations_under, nest_places
+        from leir.transforms.lib.nests import equations_under, nest_places
 
         places = nest_places(ctx.program)
         return [{"block": ctx.block_names[equations_under(ctx, places[id(s.nest)].path + (k,))[0].index], "loop": s.loop.var}
@@ -998,7 +998,7 @@ _COMPILED: dict = {}
 def compiled_once(monkeypatch):
     """``verify`` builds the program before the step each time; build each
     program once for the whole module."""
-    import leir.run as run
+    import leir.bridge.run as run
 
     real = run.compile_program
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from leir import ast as A
-from leir.document import load_leir
+from leir.bridge.document import load_leir
 from leir.printer import print_expr
 from leir.semantics import analyze
 from leir.transforms import TransformError, apply, verify

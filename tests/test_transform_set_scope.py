@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from leir.document import load_leir
+from leir.bridge.document import load_leir
 from leir.transforms import BadStep, StaleStep, apply
 from leir.transforms.steps import set_scope
 from leir.transforms.base import Context, Step
@@ -199,7 +199,7 @@ def test_the_result_is_tvm_set_scope_up_to_the_name():
     import tvm
 
     from leir.printer import print_program
-    from leir.raise_tir import raise_func
+    from leir.bridge.raise_tir import raise_func
     from leir.semantics import analyze
 
     for text, name, scope in ((ROWS, "M", "l"), (TILE, "T", "s"), (OWN, "T", "l")):

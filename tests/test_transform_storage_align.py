@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from leir.document import load_leir
+from leir.bridge.document import load_leir
 from leir.transforms import BadStep, StaleStep, apply
 from leir.transforms.steps import storage_align
 from leir.transforms.base import Context, Step
@@ -68,7 +68,7 @@ def test_why_leir_cannot_carry_it():
     import tvm
 
     from leir.printer import print_program
-    from leir.raise_tir import raise_func
+    from leir.bridge.raise_tir import raise_func
 
     doc = load_leir(TILE.replace("$0", ""))
     ctx = Context(doc.analysis)

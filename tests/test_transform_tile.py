@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from leir.document import load_leir
+from leir.bridge.document import load_leir
 from leir.semantics import analyze
 from leir.transforms import NotApplicable, apply, verify
+from leir.transforms.lib import loop_pairs
 from leir.transforms.steps import reorder, tile
 from leir.transforms.base import Context
 from leir.transforms.testing import check_action, check_not_applicable
@@ -224,7 +225,7 @@ def test_tile_offered_exactly_where_check_passes(path):
     for c in tile.candidates(ctx, None):
         offered.setdefault((c.step.args["block"], *c.step.args["loops"]), []).append(c.step)
     for site in ctx.loop_sites:
-        for child in reorder.child_loops(ctx, site):
+        for child in loop_pairs.child_loops(ctx, site):
             key = (ctx.block_names[child.equations[0]], site.loop.var, child.loop.var)
             for step in offered.get(key, []):
                 tile.check(ctx, step.args)  # every offered size checks

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from leir.document import load_leir
+from leir.bridge.document import load_leir
 from leir.transforms import BadStep, StaleStep, apply
 from leir.transforms.steps import transform_layout
 from leir.transforms.base import Context, Step

@@ -61,7 +61,7 @@ U^{8}_{i} [
 
 
 def test_unroll_counts_instances_of_every_equation_under_the_loop():
-    from leir.document import load_leir
+    from leir.bridge.document import load_leir
     from leir.transforms.base import Context
 
     doc = load_leir("""\
@@ -96,7 +96,7 @@ def test_unroll_fail_too_many_instances():
 
 
 def test_unroll_offers_every_short_loop_and_nothing_else():
-    from leir.document import load_leir
+    from leir.bridge.document import load_leir
     from leir.transforms.base import Context
 
     doc = load_leir(WINDOW.replace("$0", ""))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from leir.document import load_leir
+from leir.bridge.document import load_leir
 from leir.transforms.steps import vectorize
 from leir.transforms.base import Context
 from leir.transforms.testing import check_action, check_not_applicable

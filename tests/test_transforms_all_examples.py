@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from leir import transforms as T
-from leir.document import load_leir
+from leir.bridge.document import load_leir
 from leir.semantics import analyze
 from leir.transforms.base import Context
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from leir import transforms
-from leir.document import load_leir
+from leir.bridge.document import load_leir
 from leir.printer import print_program
 from leir.transforms import BadStep, StaleStep, Step, UnknownTransform, apply, candidates, replay
 from leir.transforms.steps.split import WrongFactors
@@ -130,16 +130,16 @@ def test_listing_candidates_never_lowers_builds_or_runs(monkeypatch):
     """Listing is what an editor does on every cursor move: it must not
     lower, build or run anything (speed is measured in bench/transforms.py,
     not here)."""
-    import leir.lower
-    import leir.run
+    import leir.bridge.lower
+    import leir.bridge.run
     from pathlib import Path
 
     def forbidden(*args, **kwargs):
         raise AssertionError("candidates() lowered, built or ran a program")
 
-    monkeypatch.setattr(leir.lower, "lower", forbidden)
-    monkeypatch.setattr(leir.run, "build", forbidden)
-    monkeypatch.setattr(leir.run, "compile_program", forbidden)
+    monkeypatch.setattr(leir.bridge.lower, "lower", forbidden)
+    monkeypatch.setattr(leir.bridge.run, "build", forbidden)
+    monkeypatch.setattr(leir.bridge.run, "compile_program", forbidden)
     examples = Path(__file__).resolve().parent.parent / "examples"
     for path in sorted(examples.glob("*.leir")):
         doc = load_leir(path.read_text())

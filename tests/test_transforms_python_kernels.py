@@ -280,7 +280,7 @@ def test_verify_catches_a_wrong_kernel():
 
 
 def leir(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "leir.cli", *args], capture_output=True, text=True, timeout=300,
+    return subprocess.run([sys.executable, "-m", "leir.tools.cli", *args], capture_output=True, text=True, timeout=300,
                           cwd=Path(__file__).resolve().parent.parent)
 
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from leir.document import load_leir
+from leir.bridge.document import load_leir
 from leir.transforms import Step
 from leir.transforms.applying import _apply_schedule
 from leir.transforms.base import Context, TvmRefused

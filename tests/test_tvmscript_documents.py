@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leir.diagnostics import SourceText
-from leir.tvmscript import find_kernels, load_document, print_kernel, replace_kernel, screen_kernel
+from leir.bridge.tvmscript import find_kernels, load_document, print_kernel, replace_kernel, screen_kernel
 
 HEADER = "from tvm.script import tirx as T\nfrom tvm.script import ir as I\n\n"
 

@@ -1,5 +1,5 @@
 """TVM parses a document's kernels in a worker process with a time limit
-and a memory cap (leir.tvmscript.isolated): a kernel that asks for more
+and a memory cap (leir.bridge.tvmscript.isolated): a kernel that asks for more
 gets a diagnostic, the worker is replaced, and the caller carries on."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from leir import sandbox
-from leir.tvmscript import isolated, load_document
+from leir.bridge.tvmscript import isolated, load_document
 from programs import SCALE_TVMSCRIPT
 
 pytestmark = pytest.mark.slow
@@ -90,8 +90,8 @@ def test_a_kernel_parses_the_same_through_the_worker():
     """What comes back through TVM's JSON is the module TVM parsed."""
     import tvm
 
-    from leir.tvmscript import find_kernels
-    from leir.tvmscript.loading import _TVMSource
+    from leir.bridge.tvmscript import find_kernels
+    from leir.bridge.tvmscript.loading import _TVMSource
 
     doc = load_document(SCALE_TVMSCRIPT)
     [kernel] = find_kernels(SCALE_TVMSCRIPT)[0]

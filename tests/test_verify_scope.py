@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 
 import leir.evaluate
-import leir.run
+import leir.bridge.run
 from leir import transforms
-from leir.document import load_leir
+from leir.bridge.document import load_leir
 from leir.semantics import analyze
 from leir.transforms.scope import scope_of
 
@@ -43,11 +43,11 @@ def _analysis(text: str):
 
 @pytest.fixture
 def builds(monkeypatch):
-    """What the verification builds (``leir.run.compile_program``) and
+    """What the verification builds (``leir.bridge.run.compile_program``) and
     evaluates with NumPy (``leir.evaluate.evaluate``): for each, the set of
     tensors its nests write and its number of nests."""
     built = []
-    real_build = leir.run.compile_program
+    real_build = leir.bridge.run.compile_program
     real_evaluate = leir.evaluate.evaluate
 
     def writes(analysis):
@@ -61,7 +61,7 @@ def builds(monkeypatch):
         built.append(("evaluated", writes(analysis), len(analysis.program.units)))
         return real_evaluate(analysis, inputs, **kwargs)
 
-    monkeypatch.setattr(leir.run, "compile_program", building)
+    monkeypatch.setattr(leir.bridge.run, "compile_program", building)
     monkeypatch.setattr(leir.evaluate, "evaluate", evaluating)
     return built
 

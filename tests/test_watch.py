@@ -1,4 +1,4 @@
-"""Watch mode (``leir.watch``, ``leir-lsp watch``): files created, changed,
+"""Watch mode (``leir.tools.watch``, ``leir-lsp watch``): files created, changed,
 deleted, renamed, unreadable or huge; bursts of writes; measurements within
 a budget, cache first, cancelled when stale; the JSON report; the command."""
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from leir.document import MAX_DOCUMENT_BYTES
-from leir.watch import Debouncer, NextStep, Row, Watcher
+from leir.bridge.document import MAX_DOCUMENT_BYTES
+from leir.tools.watch import Debouncer, NextStep, Row, Watcher
 from programs import SCALE_TVMSCRIPT
 
 SCALE = """\
@@ -51,7 +51,7 @@ class FakeMeasurer:
 
     target = "llvm"
     device = "test device"
-    measured = None  # no MeasuredLookup: leir.suggest ranks without cached latencies
+    measured = None  # no MeasuredLookup: leir.tools.suggest ranks without cached latencies
 
     def __init__(self, cached: dict[str, float] | None = None):
         self.cached = cached or {}
@@ -268,7 +268,7 @@ def test_a_kernel_file_whose_kernel_breaks_keeps_a_row_with_the_error(tmp_path):
 
 @pytest.mark.slow  # each measured suggestion is verified: two builds
 def test_cache_first_then_new_measurements_within_the_budget(tmp_path):
-    from leir.document import load_leir
+    from leir.bridge.document import load_leir
 
     (tmp_path / "scale.leir").write_text(SCALE)
     measurer = FakeMeasurer(cached={FakeMeasurer.text(load_leir(SCALE).analysis): 4.0})
@@ -427,7 +427,7 @@ def test_budget_zero_submits_nothing(tmp_path):
 
 @pytest.mark.slow
 def test_the_report_is_json_with_one_row_per_kernel(tmp_path):
-    from leir.document import load_leir
+    from leir.bridge.document import load_leir
 
     (tmp_path / "scale.leir").write_text(SCALE)
     (tmp_path / "broken.leir").write_text(BROKEN)

@@ -166,7 +166,7 @@ def access_strides(analysis: Analysis, info: EquationInfo, var: str) -> dict[str
     """Element stride of each tensor access of an equation as ``var``
     advances by one (None where an index is not affine). Keys are tensor
     names; a second access of a tensor with another stride gets
-    ``NAME#k``. (Used by ``leir.optimize``'s ranking.)"""
+    ``NAME#k``. (Used by ``leir.tools.optimize``'s ranking.)"""
     eq = info.equation
     accesses = [eq.lhs] + [n for n in A.walk(eq.rhs) if isinstance(n, A.Access)]
     out: dict[str, int | None] = {}

@@ -15,7 +15,7 @@ from leir.explain.facts import (
     LINE_BYTES, human_bytes, human_count, operations, program_operations, tensor_bytes, working_set,
 )
 from leir.explain.machine import Machine
-from leir.measuring import MIN_GAIN
+from leir.measure.timing import MIN_GAIN
 
 
 #: Relative change in latency this project treats as measurement noise:

@@ -33,7 +33,7 @@ from typing import Callable
 
 from leir.errors import LeirError
 from leir.measure.measurement import Measurement, VendorResult
-from leir.comparison import Comparison
+from leir.bridge.comparison import Comparison
 
 SCHEMA_VERSION = 2
 DATABASE_NAME = "measurements.sqlite"

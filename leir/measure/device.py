@@ -45,7 +45,7 @@ from pathlib import Path
 from leir import ast as A
 from leir.files import write_atomic
 from leir.semantics import Analysis
-from leir.targets import kernel_threads
+from leir.bridge.targets import kernel_threads
 
 PEAKS_FILE = "device-peaks.json"
 

@@ -60,7 +60,7 @@ from typing import Callable, Iterable, Sequence
 
 from leir import ast as A
 from leir import sandbox
-from leir.comparison import Comparison
+from leir.bridge.comparison import Comparison
 from leir.errors import LeirError
 from leir.measure import worker as worker_module
 from leir.measure.cache import MeasurementCache
@@ -71,7 +71,7 @@ from leir.measure.measurement import Measurement, PairedMeasurement, VendorResul
 from leir.measure.rpc import RPC, RPCError, servers_for, tracker_summary
 from leir.measure.timing import DEFAULT_MIN_RUN_MS, DEFAULT_REPEAT, summarize
 from leir.semantics import Analysis
-from leir.targets import kernel_threads
+from leir.bridge.targets import kernel_threads
 
 __all__ = ["EngineBusy", "EngineClosed", "MeasurementEngine", "MeasurementFuture", "Progress"]
 
@@ -886,7 +886,7 @@ class MeasurementEngine:
 
 
 def _as_analysis(program) -> Analysis:
-    from leir.lower import LoweringError
+    from leir.bridge.lower import LoweringError
 
     if isinstance(program, Analysis):
         analysis = program
@@ -895,7 +895,7 @@ def _as_analysis(program) -> Analysis:
 
         analysis = analyze(program)
     elif isinstance(program, str):
-        from leir.document import load_leir
+        from leir.bridge.document import load_leir
 
         doc = load_leir(program)
         errors = [d for d in doc.diagnostics if d.is_error]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from leir.comparison import Comparison
+from leir.bridge.comparison import Comparison
 
 
 @dataclass(frozen=True)

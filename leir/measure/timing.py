@@ -20,6 +20,11 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+#: A step is an improvement only when it is at least this much faster:
+#: repeated timings of one program on this machine differ by about 1-2%.
+MIN_GAIN = 0.03
+#: Rounds of a paired confirmation (each times the current program, then the candidate).
+CONFIRM_ROUNDS = 3
 #: Runs per measurement: enough for a median that one outlier cannot move
 #: (5 is the least the issue asks for; 7 tolerates 3 outliers).
 DEFAULT_REPEAT = 7

@@ -17,7 +17,7 @@ Two kinds of reference, tried in this order:
   float64 for accuracy, so they are a slow vendor; the result says so.
 
 Either reference's outputs are compared with the NumPy evaluation of the
-program (the rule ``leir.comparison.compare`` applies to kernels) before it is
+program (the rule ``leir.bridge.comparison.compare`` applies to kernels) before it is
 timed: a reference that computes something else is not reported.
 
 A transformed program is no longer a recognisable contraction or a bundled
@@ -143,7 +143,7 @@ def bundled_reference(analysis: Analysis) -> tuple[str, Callable[..., dict]] | N
 
 @functools.lru_cache(maxsize=1)
 def _bundled_index() -> dict[str, str]:
-    from leir.document import load_leir
+    from leir.bridge.document import load_leir
     from leir.measure.key import structural_text
 
     index = {}
@@ -184,7 +184,7 @@ def vendor_latency(analysis: Analysis, *, inputs: dict[str, np.ndarray] | None =
     if device != "cpu":
         return None
     from leir.evaluate import evaluate
-    from leir.comparison import compare
+    from leir.bridge.comparison import compare
     from leir.inputs import random_inputs
 
     call = _contraction_call(analysis) or _bundled_call(analysis)

@@ -139,7 +139,7 @@ def _loop(conn: _Pipe, config: dict) -> None:
     os.dup2(2, 1)  # stdout may be the language server's protocol stream: TVM's prints go to stderr
     if config.get("threads"):
         # Before TVM starts its thread pool (at the first kernel): its default
-        # is half the CPUs, pinned (see ``leir.targets.kernel_threads``).
+        # is half the CPUs, pinned (see ``leir.bridge.targets.kernel_threads``).
         os.environ["TVM_NUM_THREADS"] = str(config["threads"])
     _limit_memory(config)
     if config.get("memory_budget_mb") is not None:
@@ -217,8 +217,8 @@ def _describe(exc: BaseException, config: dict, phase: str = "starting") -> str:
         return f"out of memory ({memory_text(config.get('memory_cap'))}) while {phase}"
     if isinstance(exc, LeirError):
         from leir.evaluate import EvaluationError
-        from leir.lower import LoweringError
-        from leir.run import BuildError
+        from leir.bridge.lower import LoweringError
+        from leir.bridge.run import BuildError
 
         if isinstance(exc, (BuildError, LoweringError)):
             return f"build failed: {message}"
@@ -226,11 +226,11 @@ def _describe(exc: BaseException, config: dict, phase: str = "starting") -> str:
             return f"the reference evaluation failed: {message}"
         return f"cannot run: {message}" if phase != "timing" else f"run failed: {message}"
     if phase == "timing":
-        from leir.lower import tvm_error_message
+        from leir.bridge.lower import tvm_error_message
 
         return f"run failed: {tvm_error_message(exc)}"
     if phase == "building":
-        from leir.lower import tvm_error_message
+        from leir.bridge.lower import tvm_error_message
 
         return f"build failed: {type(exc).__name__}: {tvm_error_message(exc)}"
     return f"{type(exc).__name__}: {message}"
@@ -251,7 +251,7 @@ class _Runner:
         if self.rpc is None:
             self._tvm_target = None
             if self.target == "cuda":
-                from leir.targets import cuda_target
+                from leir.bridge.targets import cuda_target
 
                 if cuda_target() is None:
                     raise JobFailure("no CUDA GPU is available on this machine")
@@ -267,7 +267,7 @@ class _Runner:
     # ------------------------------------------------------------ build
 
     def build(self, job: dict) -> _Built:
-        from leir.document import load_leir
+        from leir.bridge.document import load_leir
         from leir.evaluate import evaluate
         from leir.inputs import random_inputs
 
@@ -278,7 +278,7 @@ class _Runner:
         analysis = doc.analysis
         built = _Built(analysis, {}, {}, job)
         if self.rpc is None:
-            from leir.run import compile_program
+            from leir.bridge.run import compile_program
 
             compiled = compile_program(analysis, self.target)
             built.module, built.notes = compiled, list(compiled.notes)
@@ -302,7 +302,7 @@ class _Runner:
     def _reference_checks(self, analysis, reference: dict) -> list[tuple[dict, dict]]:
         """(inputs, expected outputs) for each seed of the reference check
         (see the module docstring), inputs in ``analysis``' order."""
-        from leir.document import load_leir
+        from leir.bridge.document import load_leir
         from leir.evaluate import evaluate
         from leir.inputs import check_inputs, seed_inputs
 
@@ -334,9 +334,9 @@ class _Runner:
 
     def _export(self, analysis, job_id: int) -> tuple[str, list[str]]:
         """Cross-compile for the RPC device and export a shared library."""
-        from leir.lower import lower, thread_loops
-        from leir.run import PACKED_DTYPES, RunError, build
-        from leir.targets import gpu_problems
+        from leir.bridge.lower import lower, thread_loops
+        from leir.bridge.run import PACKED_DTYPES, RunError, build
+        from leir.bridge.targets import gpu_problems
 
         for t in analysis.tensors.values():
             if t.role != "tmp" and t.dtype in PACKED_DTYPES:
@@ -350,7 +350,7 @@ class _Runner:
         else:
             problems = gpu_problems(analysis)
             if problems:
-                from leir.run import BuildError
+                from leir.bridge.run import BuildError
 
                 raise BuildError(problems[0])
             func = lower(analysis)
@@ -363,7 +363,7 @@ class _Runner:
         if self._tvm_target is None:
             import tvm
 
-            from leir.targets import cuda_build_target, host_target
+            from leir.bridge.targets import cuda_build_target, host_target
 
             if self.target == "llvm":
                 self._tvm_target = (host_target() if self.rpc.mcpu is None
@@ -439,8 +439,8 @@ class _Runner:
         """Run the kernel and compare every output with the expected one (a
         wrong kernel gets no latency), on the timing inputs and then on each
         further check's; the timing inputs' arguments, and per output the
-        worst comparison (``leir.comparison.merge_comparisons``)."""
-        from leir.comparison import merge_comparisons
+        worst comparison (``leir.bridge.comparison.merge_comparisons``)."""
+        from leir.bridge.comparison import merge_comparisons
 
         job = built.job
         args, comparisons = self._run_and_compare(built, module, device, built.inputs, built.expected,
@@ -458,7 +458,7 @@ class _Runner:
         import tvm
 
         from leir.inputs import zeros
-        from leir.comparison import compare
+        from leir.bridge.comparison import compare
 
         analysis, job = built.analysis, built.job
         params = [tvm.runtime.tensor(inputs[t.name], device) for t in analysis.inputs()]
@@ -489,7 +489,7 @@ class _Runner:
         kwargs = {"repeat": job["repeat"], "min_run_ms": job["min_run_ms"], "seed": job.get("seed", 0),
                   "device": "cpu" if self.target == "llvm" and self.rpc is None else self.target}
         if job.get("workload"):
-            from leir.document import load_leir
+            from leir.bridge.document import load_leir
 
             doc = load_leir(job["workload"])
             if not doc.ok:

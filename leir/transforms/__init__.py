@@ -136,7 +136,7 @@ _BY_ID = {t.ID: t for t in ALL}
 #: its own (``GROUP``).
 GROUPS = ("loop", "memory", "operator", "algebraic", "algorithmic")
 #: The groups that change latency without changing what is computed: the
-#: ones a search takes (``leir.ranking.SEARCHED``). Operator, algebraic and
+#: ones a search takes (``leir.tools.ranking.SEARCHED``). Operator, algebraic and
 #: algorithmic rewrites change the computation itself; they are the user's
 #: call.
 SCHEDULE_GROUPS = ("loop", "memory")

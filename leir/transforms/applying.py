@@ -55,7 +55,7 @@ def apply_transform(transform: ModuleType | str, program, step: Step, name: str 
 def _apply_schedule(t: ModuleType, ctx: Context, step: Step) -> A.Program:
     import tvm
 
-    from leir.raise_tir import raise_func
+    from leir.bridge.raise_tir import raise_func
     from leir.transforms.splice import splice
 
     sch = tvm.s_tir.Schedule(ctx.func)

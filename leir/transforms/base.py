@@ -17,7 +17,7 @@ import functools
 import json
 import math
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -339,7 +339,7 @@ class Context:
     @cached_property
     def func(self):
         """The lowered TensorIR PrimFunc (thread-bound loops kept)."""
-        from leir.lower import lower
+        from leir.bridge.lower import lower
 
         return lower(self.analysis, self.name)
 

@@ -4,13 +4,13 @@ The same steps that transform a LEIR document transform a ``@T.prim_func``
 kernel (or a function of an ``@I.ir_module`` class) in a Python file, and
 the file comes back with only that kernel changed:
 
-- The kernel is raised to LEIR (``leir.raise_tir``) and the catalogue lists
+- The kernel is raised to LEIR (``leir.bridge.raise_tir``) and the catalogue lists
   its candidates there, with the same ``check`` deciding what is offered.
 - A step with a TVM schedule primitive (``schedule``) runs on the user's
   own PrimFunc, so the kernel comes back as TVM prints it: ``T.grid``,
   ``k_0, k_1`` and the user's block names.
 - A step without one (``rewrite``: operator, algebraic, algorithmic) is done
-  on the LEIR program and lowered back (``leir.lower``); its blocks keep the
+  on the LEIR program and lowered back (``leir.bridge.lower``); its blocks keep the
   user's names where they still exist.
 
 Names. Steps name blocks as the user's TIR does (``{"block": "update"}``),
@@ -44,7 +44,7 @@ import numpy as np
 from leir import ast as A
 from leir.ast import Span
 from leir.inputs import SEEDS, seed_inputs
-from leir.raise_tir import RaiseError, Raiser
+from leir.bridge.raise_tir import RaiseError, Raiser
 from leir.semantics import Analysis, analyze
 from leir.transforms.base import Candidate, Context, NotApplicable, StaleStep, Step, TransformError, TvmRefused
 from leir.transforms.verify import Verification
@@ -164,7 +164,7 @@ class TVMScriptKernel:
 
     text: str
     name: str
-    source: Any  # leir.tvmscript.KernelSource of the kernel (the module's, for a module function)
+    source: Any  # leir.bridge.tvmscript.KernelSource of the kernel (the module's, for a module function)
     func: Any  # the user's PrimFunc
     module: Any  # the IRModule of an ir_module kernel, else None
     ctx: Context
@@ -395,7 +395,7 @@ def _function_span(found) -> Span:
 def load_kernel(text: str, kernel: str | None = None, at: int | None = None) -> TVMScriptKernel:
     """The kernel ``kernel`` of a Python file (the only one when None, or
     the one holding offset ``at``), raised to LEIR. KernelError otherwise."""
-    from leir import tvmscript
+    from leir.bridge import tvmscript
     from leir.diagnostics import SourceText
 
     doc = tvmscript.load_document(text)
@@ -625,7 +625,7 @@ def tvmscript_apply(text: str, step: Step, kernel: str | None = None) -> str:
     """The Python file with ``step`` applied to the kernel; the rest of the
     file is unchanged byte for byte. Typed errors as ``leir.transforms.apply``."""
     from leir import transforms
-    from leir.tvmscript import print_kernel, replace_kernel
+    from leir.bridge.tvmscript import print_kernel, replace_kernel
 
     k = load_kernel(text, kernel)
     t = transforms.get(step.id)
@@ -713,7 +713,7 @@ def _rewritten(k: TVMScriptKernel, t, step: Step, args: dict):
     the kernel's attributes, and the names its blocks get in the file."""
     import tvm
 
-    from leir.lower import lower
+    from leir.bridge.lower import lower
 
     program = t.rewrite(k.ctx, args)
     after = analyze(program)
@@ -788,8 +788,8 @@ def tvmscript_verify(text_before: str, text_after: str, kernel: str | None = Non
 
     Thread-bound loops run as serial loops on the CPU (as ``leir run``
     does), which the notes say."""
-    from leir.comparison import compare
-    from leir.run import RunError
+    from leir.bridge.comparison import compare
+    from leir.bridge.run import RunError
     from leir.transforms.verify import Verification
 
     before = load_kernel(text_before, kernel)
@@ -849,13 +849,13 @@ def _compiled(func):
     import tvm
 
     from leir.inputs import numpy_dtype
-    from leir.lower import tvm_error_message
-    from leir.run import BuildError, RunError, _loaded, build, host_target
+    from leir.bridge.lower import tvm_error_message
+    from leir.bridge.run import BuildError, RunError, _loaded, build, host_target
 
     notes = []
     script = func.script()
     if "T.thread_binding(" in script:
-        from leir.tvmscript import load_document
+        from leir.bridge.tvmscript import load_document
 
         # Read back like any document: screened, then parsed in the worker.
         serial = load_document(_THREAD_BINDING.sub(r"T.serial(\1)", script))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from leir.document import load_leir
+from leir.bridge.document import load_leir
 from leir.printer import print_program
 from leir.semantics import analyze
 from leir.transforms import apply, verify

@@ -11,14 +11,13 @@ input's declaration) is verified on the whole program.
 Several seeds; one of them draws integer-valued inputs, on which sums and
 products are exact, so a reassociating step (split, rfactor) that is right
 matches exactly there and a wrong index shows up as a large error rather
-than hiding in rounding. Tolerances are Step-TP's (``leir.comparison.compare``).
+than hiding in rounding. Tolerances are Step-TP's (``leir.bridge.comparison.compare``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 
 # SEEDS: the seeds of a verification; the last one draws integer-valued
 # inputs. Defined in leir.inputs (the measurement worker draws the same).
@@ -93,7 +92,7 @@ def _iterations(analysis: Analysis) -> int:
 
 def _verify_scoped(before: Analysis, scope, subs, seeds: tuple[int, ...], target: str) -> Verification:
     from leir.inputs import zeros
-    from leir.run import compare, compile_program
+    from leir.bridge.run import compare, compile_program
     from leir.transforms.scope import merged
 
     result = Verification(True)
@@ -159,7 +158,7 @@ def _verify_scoped(before: Analysis, scope, subs, seeds: tuple[int, ...], target
 
 def _verify_whole(before: Analysis, after: Analysis, outs_before: dict, seeds: tuple[int, ...],
                   target: str) -> Verification:
-    from leir.run import compare, compile_program
+    from leir.bridge.run import compare, compile_program
 
     result = Verification(True)
     run_before = compile_program(before, target)

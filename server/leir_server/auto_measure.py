@@ -3,10 +3,10 @@ the background, so that the next code-action menu and hover show measured
 speedups.
 
 Started on save (and by ``schedule`` from anywhere else). For the saved
-version, ``leir.measuring.TopStepsPlan`` (the plan watch mode follows too)
+version, ``leir.tools.measuring.TopStepsPlan`` (the plan watch mode follows too)
 measures the program, then applies and verifies each of the top ``TOP``
 suggestions not yet measured in a job process (which records what it
-produced, ``leir.measuring.StepOutcomes``) and measures the result.
+produced, ``leir.tools.measuring.StepOutcomes``) and measures the result.
 Everything goes through the measurement engine at a priority below the
 user's own commands. Saving again stops the run for the older version
 (its queued measurements cancelled, its job killed); after a change no
@@ -22,7 +22,7 @@ import concurrent.futures
 import logging
 import threading
 
-from leir.measuring import TopStepsPlan
+from leir.tools.measuring import TopStepsPlan
 
 from leir_server import suggestions
 from leir_server.workers import RequestFailed, workers_of
@@ -80,7 +80,7 @@ class _SavedPlan(TopStepsPlan):
         return not self._stopped and self.server.session.is_current(self.uri, self.snapshot.version)
 
     def known(self, s) -> bool:
-        return s.after is not None  # measured before: leir.suggest found its program in the cache
+        return s.after is not None  # measured before: leir.tools.suggest found its program in the cache
 
     def apply(self, s):
         """The verified program after ``s``, analysed, or None."""
@@ -94,7 +94,7 @@ class _SavedPlan(TopStepsPlan):
             return None
         if text is None:
             return None
-        from leir.document import load_leir
+        from leir.bridge.document import load_leir
 
         doc = load_leir(text)
         return doc.analysis if doc.ok else None
@@ -115,7 +115,7 @@ class _SavedPlan(TopStepsPlan):
 
 
 async def _run(server, uri: str) -> None:
-    from leir.measuring import EngineMeasurer
+    from leir.tools.measuring import EngineMeasurer
 
     from leir_server.commands.measure import status
 
@@ -158,7 +158,7 @@ async def _run(server, uri: str) -> None:
 
 async def _after_program(server, snapshot, s) -> str | None:
     """The verified program after suggestion ``s`` (LEIR text), or None."""
-    from leir.jobs import Applied, apply_step
+    from leir.tools.jobs import Applied, apply_step
 
     result = await workers_of(server).run(apply_step, snapshot.text, snapshot.language, s.step.to_json(), s.kernel,
                                           what=f"applying {s.step.id}")

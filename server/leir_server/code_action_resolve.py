@@ -4,7 +4,7 @@ Refused, with an error and no edit, when the document is no longer at the
 version the action was listed for (``data.version``), or changes while the
 step is verified, or when the program exceeds the memory budget
 (``leir.memoryBudgetMB``; said before any job starts). Otherwise the step is applied and verified numerically in
-a worker process (``leir.jobs.apply_step``); a step that fails
+a worker process (``leir.tools.jobs.apply_step``); a step that fails
 verification, or that TVM or the checks refuse, is an error, never an edit.
 The edit is a ``TextDocumentEdit`` for that version, replacing the smallest
 range that changed.
@@ -81,7 +81,7 @@ def trajectory_entry(server, step: dict, title: str, applied, language: str, bef
     parsing it again (a third of a second on a 1,000-line file)."""
     from types import SimpleNamespace
 
-    from leir.document import load_leir
+    from leir.bridge.document import load_leir
 
     entry: dict[str, Any] = {"id": step["id"], "args": step["args"], "title": title,
                              "latency_before_ms": None, "latency_after_ms": None, "speedup": None,
@@ -115,7 +115,7 @@ def trajectory_entry(server, step: dict, title: str, applied, language: str, bef
 
 
 async def handle(server: LanguageServer, action: types.CodeAction) -> types.CodeAction:
-    from leir.jobs import Failure, apply_step
+    from leir.tools.jobs import Failure, apply_step
 
     uri, version, kernel, step = parse_data(action.data)
     require_trust(server, "applying a step (it is verified by running it)")

@@ -148,7 +148,7 @@ def document_diagnostics(snapshot: "DocumentSnapshot") -> list["Diagnostic"]:
     if snapshot.language == "tvmscript" and not snapshot.too_large and not snapshot.kernels:
         if "prim_func" not in snapshot.text and "ir_module" not in snapshot.text:
             return []
-        from leir.tvmscript.discovery import parse_python
+        from leir.bridge.tvmscript.discovery import parse_python
 
         return parse_python(snapshot.text)[1]
     return snapshot.checked.diagnostics

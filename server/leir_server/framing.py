@@ -40,7 +40,7 @@ import re
 import threading
 
 #: The largest body read (bytes). A 10 MB document is refused by the checks
-#: (leir.document.MAX_DOCUMENT_BYTES), but still has to be read to be answered.
+#: (leir.bridge.document.MAX_DOCUMENT_BYTES), but still has to be read to be answered.
 MAX_BODY = 64 * 1024 * 1024
 #: The longest header line and the most header lines in one frame.
 MAX_HEADER_LINE = 8 * 1024

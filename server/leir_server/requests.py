@@ -70,7 +70,7 @@ BUDGET_S = {
     "formatting": 20.0,
 }
 #: The least budget of any request on a Python file: its kernel is parsed by
-#: TVM in the parse worker (itself limited to 20 s, leir.tvmscript.isolated)
+#: TVM in the parse worker (itself limited to 20 s, leir.bridge.tvmscript.isolated)
 #: and raised to LEIR here, which imports TVM the first time (seconds, more
 #: on a loaded machine). Still a bound on a hang, not on a slow answer.
 TVMSCRIPT_BUDGET_S = 60.0

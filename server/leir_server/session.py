@@ -28,8 +28,8 @@ if TYPE_CHECKING:  # imported lazily: the server must answer initialize fast
     from pygls.lsp.server import LanguageServer
 
     from leir.diagnostics import SourceText
-    from leir.document import CheckedFile, LeirDocument
-    from leir.tvmscript.discovery import KernelSource
+    from leir.bridge.document import CheckedFile, LeirDocument
+    from leir.bridge.tvmscript.discovery import KernelSource
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class Settings:
         take("rpcTracker", "rpc_tracker", str, _is_host_port, "expected HOST:PORT")
         take("rpcKey", "rpc_key", str)
         take("autoMeasure", "auto_measure", bool)
-        from leir.optimize import MIN_BUDGET  # no TVM or NumPy; read after the initialize reply
+        from leir.tools.optimize import MIN_BUDGET  # no TVM or NumPy; read after the initialize reply
 
         take("measurementBudget", "measurement_budget", int, lambda v: MIN_BUDGET <= v <= 10_000,
              f"expected a whole number from {MIN_BUDGET} to 10000: the start, a candidate and its paired confirmation")
@@ -218,7 +218,7 @@ class DocumentSnapshot:
 
     @computed_once
     def too_large(self) -> bool:
-        from leir.document import MAX_DOCUMENT_BYTES
+        from leir.bridge.document import MAX_DOCUMENT_BYTES
 
         return len(self.text) > MAX_DOCUMENT_BYTES
 
@@ -228,7 +228,7 @@ class DocumentSnapshot:
         Python file this imports TVM (seconds, the first time) and parses the
         kernels only after screening them: nothing in the file runs."""
         from leir.diagnostics import error
-        from leir.document import CheckedFile, MAX_DOCUMENT_BYTES, check_text
+        from leir.bridge.document import CheckedFile, MAX_DOCUMENT_BYTES, check_text
 
         if self.too_large:
             return CheckedFile(self.text, self.source, [error(
@@ -245,7 +245,7 @@ class DocumentSnapshot:
         tree (no TVM import, nothing runs); [] for a ``.leir`` document."""
         if self.language != "tvmscript" or self.too_large:
             return []
-        from leir.tvmscript.discovery import find_kernels
+        from leir.bridge.tvmscript.discovery import find_kernels
 
         return find_kernels(self.text)[0]
 
@@ -254,7 +254,7 @@ class DocumentSnapshot:
         """The parsed and analysed LEIR program of a ``.leir`` document."""
         if self.language != "leir" or self.too_large:
             return None
-        from leir.document import load_leir
+        from leir.bridge.document import load_leir
 
         return load_leir(self.text)
 

@@ -13,7 +13,7 @@ from leir_server.workers import workers_of
 
 if TYPE_CHECKING:
     from leir.semantics import Analysis
-    from leir.suggest import Suggestion
+    from leir.tools.suggest import Suggestion
 
     from leir_server.session import DocumentSnapshot
 
@@ -22,7 +22,7 @@ def compute(server, snapshot: "DocumentSnapshot", offset: int | None, limit: int
             kernel: str | None = None, only: tuple[str, ...] | None = None) -> list["Suggestion"]:
     """The suggestions at ``offset`` (blocking; run it in a thread);
     ``only``: these transformations."""
-    from leir.suggest import suggest
+    from leir.tools.suggest import suggest
 
     if snapshot.too_large:
         return []
@@ -48,7 +48,7 @@ def kernel_analysis(snapshot: "DocumentSnapshot", kernel: str | None) -> "Analys
     if snapshot.language == "leir":
         doc = snapshot.leir
         return doc.analysis if doc is not None and doc.ok else None
-    from leir.suggest import kernel_at
+    from leir.tools.suggest import kernel_at
     from leir.transforms import TransformError
 
     try:

@@ -1,7 +1,7 @@
 """``textDocument/codeAction``: the steps that apply at the cursor, best
 first, as ``refactor.rewrite`` actions without an edit.
 
-Listing builds nothing: it parses and analyses (``leir.suggest``), and reads
+Listing builds nothing: it parses and analyses (``leir.tools.suggest``), and reads
 cached latencies; the edit is computed when the user picks an action
 (``codeAction/resolve``), against the version the action was listed for,
 which ``data`` carries: ``{uri, version, kernel, step: {id, args}}``.

@@ -39,7 +39,7 @@ def hint(snapshot, s) -> types.Diagnostic:
 
 def _top(server, snapshot) -> list:
     """The best suggestions of the whole document (each kernel of a Python file)."""
-    from leir.suggest import order
+    from leir.tools.suggest import order
 
     if snapshot.language == "leir":
         return suggestions.compute(server, snapshot, None, MAX_HINTS)

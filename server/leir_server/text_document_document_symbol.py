@@ -1,5 +1,5 @@
 """``textDocument/documentSymbol``: the outline of a document, as a tree:
-kernel -> loop nests -> loops, with tensors as variables (``leir.outline``)."""
+kernel -> loop nests -> loops, with tensors as variables (``leir.bridge.outline``)."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ MAX_SYMBOLS = 5000
 
 
 def symbols(snapshot) -> list[types.DocumentSymbol]:
-    from leir import outline
+    from leir.bridge import outline
 
     if snapshot.language == "leir":
         doc = snapshot.leir

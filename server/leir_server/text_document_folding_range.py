@@ -1,5 +1,5 @@
 """``textDocument/foldingRange``: loop bodies, comment blocks and, in
-Python files, TVMScript kernels (``leir.outline``)."""
+Python files, TVMScript kernels (``leir.bridge.outline``)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ async def handle(server, params: types.FoldingRangeParams) -> list[types.Folding
 
 
 def folding_ranges(snapshot) -> list[types.FoldingRange]:
-    from leir import outline
+    from leir.bridge import outline
 
     if snapshot.language == "leir":
         folds = outline.leir_folds(snapshot.text, snapshot.leir.program, snapshot.source)

@@ -37,7 +37,7 @@ def _leir_offsets(snapshot, offset: int):
         if doc is None or not doc.ok:
             return None, []
         return doc.analysis, [offset]
-    from leir.suggest import kernel_at
+    from leir.tools.suggest import kernel_at
     from leir.transforms import TransformError
 
     try:
@@ -86,7 +86,7 @@ def hover_markdown(server, snapshot, offset: int) -> str | None:
             if text:
                 parts.append(text)
                 break
-    from leir.ranking import SEARCHED
+    from leir.tools.ranking import SEARCHED
 
     # Hover explains the loop and memory steps that act on what is under the
     # cursor (the ones that change latency; the menu offers the rest too).

@@ -1,6 +1,6 @@
 """``textDocument/semanticTokens/full``: a class for every loop kind, loop
 variable, tensor, function, dtype and scope, number, operator and comment of
-a ``.leir`` document (``leir.outline.semantic_tokens``).
+a ``.leir`` document (``leir.bridge.outline.semantic_tokens``).
 
 Only ``.leir`` documents: a Python file's colours are its Python language
 server's business, and an editor uses one provider's tokens per document.
@@ -12,7 +12,7 @@ from lsprotocol import types
 
 from leir_server.requests import BUDGET_S, off_loop
 
-# The legend is spelled out here, not imported from leir.outline, so that
+# The legend is spelled out here, not imported from leir.bridge.outline, so that
 # registering the handler imports nothing of leir; a test checks that the two
 # lists agree.
 TOKEN_TYPES = ["keyword", "parameter", "variable", "function", "number", "operator", "comment", "type"]
@@ -38,7 +38,7 @@ async def handle(server, params: types.SemanticTokensParams) -> types.SemanticTo
 
 
 def tokens(snapshot) -> list[int]:
-    from leir import outline
+    from leir.bridge import outline
 
     doc = snapshot.leir
     return encode(snapshot, outline.semantic_tokens(snapshot.text, doc.program, doc.analysis))

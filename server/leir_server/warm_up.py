@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 GC_THRESHOLDS = (50_000, 20, 100)
 
 #: In the order the first requests use them.
-MODULES = ("leir.document", "leir.outline", "leir.transforms", "leir.suggest", "leir.explain", "sympy")
+MODULES = ("leir.bridge.document", "leir.bridge.outline", "leir.transforms", "leir.tools.suggest", "leir.explain", "sympy")
 
 
 def _warm_up() -> None:

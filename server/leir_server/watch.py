@@ -1,5 +1,5 @@
 """``leir-lsp watch DIR``: follow the kernels under a directory in the
-terminal (``leir.watch`` does the work).
+terminal (``leir.tools.watch`` does the work).
 
     leir-lsp watch DIR [--report PATH] [--target llvm|cuda] [--budget N] [--once]
 
@@ -38,7 +38,7 @@ def _budget(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from leir.watch import DEFAULT_BUDGET
+    from leir.tools.watch import DEFAULT_BUDGET
 
     parser = _OneLineErrorParser(
         prog=PROG, description="Re-check, rank and measure the .leir and TVMScript files under DIR as they change.")
@@ -67,7 +67,7 @@ def latency_text(ms: float | None, status: str) -> str:
 
 
 def cells(row) -> tuple[str, str, str, str, str]:
-    """The five cells of a table row (``leir.watch.Row``)."""
+    """The five cells of a table row (``leir.tools.watch.Row``)."""
     if row.status != "ok" or row.kernel is None:
         return row.file, row.kernel or "-", row.status, row.message or "", ""
     best = row.best
@@ -154,7 +154,7 @@ class LineLog:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from leir.errors import LeirError
-    from leir.watch import Watcher
+    from leir.tools.watch import Watcher
 
     out = sys.stdout
     tty = out.isatty() and not args.once

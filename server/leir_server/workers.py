@@ -8,7 +8,7 @@
   ``pebble`` does those three things, which ``concurrent.futures``'
   ``ProcessPoolExecutor`` does not (it cannot stop a running job, and one
   crash breaks the whole pool). Each job process is capped
-  (``leir.jobs.job_worker_initializer``: ``leir.sandbox`` memory cap of
+  (``leir.tools.jobs.job_worker_initializer``: ``leir.sandbox`` memory cap of
   ``leir.footprint.worker_cap`` of the ``memoryBudgetMB`` setting, 4.2 GB
   with the default budget, and marked isolated); a job that runs out of it
   fails with a ``RequestFailed`` that says so, and the pool goes on with a
@@ -18,7 +18,7 @@
   the settings' target, recreated when the target changes, closed on
   shutdown and ``leir.restart``.
 - **Optimize searches** (``OptimizeRun``): a process of its own running
-  ``leir.jobs.optimize_child``; it asks this process to measure each batch
+  ``leir.tools.jobs.optimize_child``; it asks this process to measure each batch
   of candidates through the engine, so cancelling the run cancels its
   queued and running measurements and kills the search.
 
@@ -38,7 +38,7 @@ from pygls.exceptions import JsonRpcException
 
 if TYPE_CHECKING:
     from leir.measure import MeasurementEngine
-    from leir.measuring import MeasuredLookup
+    from leir.tools.measuring import MeasuredLookup
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ POOL_WORKERS = 2
 #: 2-core machine (bench/server.py). The limit is for hangs, not slowness.
 JOB_TIMEOUT_S = 600.0
 #: Imported once in the forkserver, so that each job process starts with them.
-PRELOAD_EXTRA = ["leir.jobs", "leir.transforms", "leir.transforms.python_kernels", "leir.suggest"]
+PRELOAD_EXTRA = ["leir.tools.jobs", "leir.transforms", "leir.transforms.python_kernels", "leir.tools.suggest"]
 
 #: LSP's RequestFailed: the request was valid but could not be done.
 REQUEST_FAILED = -32803
@@ -106,7 +106,7 @@ class Workers:
     def _pool_now(self):
         import pebble
 
-        from leir.jobs import job_worker_initializer
+        from leir.tools.jobs import job_worker_initializer
 
         limits = (self.memory_cap(), self.budget_mb())
         old = None
@@ -187,7 +187,7 @@ class Workers:
         """Cached latencies on the current target (read only). Blocking the
         first time per target (it names the device): call from a thread."""
         from leir.errors import LeirError
-        from leir.measuring import MeasuredLookup
+        from leir.tools.measuring import MeasuredLookup
 
         engine = self.engine_if_started()
         if engine is not None:
@@ -289,7 +289,7 @@ class OptimizeRun:
         self.submitted = 0
         ctx = _context()
         self._conn, child = ctx.Pipe()
-        from leir.jobs import optimize_child
+        from leir.tools.jobs import optimize_child
 
         self.process = ctx.Process(target=optimize_child, args=(child, text, language, kernel, options),
                                    name="leir-optimize", daemon=True)
@@ -331,7 +331,7 @@ class OptimizeRun:
             self._outcome = value
 
     def _drive(self) -> None:
-        from leir.jobs import Failure
+        from leir.tools.jobs import Failure
 
         try:
             while not self.cancelled:
@@ -418,7 +418,7 @@ class OptimizeRun:
 
     def _measure(self, programs: list[str]) -> list[tuple] | None:
         """Each program measured by the engine; None when cancelled."""
-        from leir.jobs import timing_json
+        from leir.tools.jobs import timing_json
 
         engine = self.workers.engine()
         with self._lock:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from leir import affine
 from leir import ast as A
-from leir.printer import print_expr
+from leir.printer import access_text
 from leir.semantics import EquationInfo
 from leir.transforms.base import Context
 
@@ -388,7 +388,7 @@ class _OrderTest:
 
     def unknown(self, tensor: str, a: Touch, b: Touch) -> Conflict:
         what = (f"could not prove that <first> finishes with {tensor} before <second> needs it: the indices "
-                f"{_text(a.access)} and {_text(b.access)} are not comparable by their affine forms and there are too "
+                f"{access_text(a.access)} and {access_text(b.access)} are not comparable by their affine forms and there are too "
                 f"many iterations to enumerate")
         return Conflict(tensor, a.access, b.access, what, b.access.span or a.access.span)
 
@@ -429,7 +429,3 @@ def _spread(np, keys, values, unique):
     starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
     ends = np.r_[starts[1:], sorted_keys.size] - 1
     return sorted_values[starts], sorted_values[ends]
-
-
-def _text(access: A.Access) -> str:
-    return print_expr(access, declared=frozenset({access.tensor}))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from leir import affine
 from leir import ast as A
 from leir.ast import Span
-from leir.printer import print_expr
+from leir.printer import access_text
 from leir.semantics import EquationInfo
 from leir.transforms.base import Context, LoopSite
 
@@ -60,7 +60,7 @@ def reduction_axis_problem(ctx: Context, site: LoopSite, how: str) -> Problem | 
         lhs = info.equation.lhs
         what = (f"a reduction axis of {lhs.tensor}: its iterations accumulate into the same element"
                 if info.kind in ("reduce", "update") else
-                f"not an index of {_access(lhs)}: every iteration writes the same element")
+                f"not an index of {access_text(lhs)}: every iteration writes the same element")
         return Problem("reduction-axis", f"loop {var} is a reduction axis of {lhs.tensor}",
                        f"loop {var} is {what}, so they cannot run {how}; choose a loop that indexes the written "
                        f"element (or factor the reduction with rfactor first)", site.loop.span)
@@ -79,7 +79,7 @@ def compact_dataflow_problem(ctx: Context, site: LoopSite, how: str) -> Problem 
     for info in infos:
         eq = info.equation
         lhs = eq.lhs
-        text = _access(lhs)
+        text = access_text(lhs)
         if info.kind == "update":
             return Problem("not-compact-dataflow", f"{text} updates a value written before",
                            f"{text} under loop {var} reads and updates the value an earlier equation wrote: TVM "
@@ -99,7 +99,7 @@ def compact_dataflow_problem(ctx: Context, site: LoopSite, how: str) -> Problem 
         if lhs.tensor in writer:
             first = writer[lhs.tensor]
             return Problem("not-compact-dataflow", f"{lhs.tensor} is written twice under loop {var}",
-                           f"{lhs.tensor} is written by {_access(first.equation.lhs)} and again by {text} under loop "
+                           f"{lhs.tensor} is written by {access_text(first.equation.lhs)} and again by {text} under loop "
                            f"{var}: TVM runs loops {how} only when each tensor under them has one writer", eq.span)
         writer[lhs.tensor] = info
     for info in infos:
@@ -107,7 +107,7 @@ def compact_dataflow_problem(ctx: Context, site: LoopSite, how: str) -> Problem 
             w = writer.get(a.tensor)
             if w is not None and w.index > info.index:
                 return Problem("not-compact-dataflow", f"{a.tensor} is read before it is written under loop {var}",
-                               f"{_access(a)} is read under loop {var} before {_access(w.equation.lhs)} writes it "
+                               f"{access_text(a)} is read under loop {var} before {access_text(w.equation.lhs)} writes it "
                                f"there: TVM runs loops {how} only when each tensor is written before it is read "
                                f"under them", a.span or info.equation.span)
     return None
@@ -126,15 +126,15 @@ def dependence_problem(ctx: Context, site: LoopSite, how: str) -> Problem | None
         if not _self_independent(site, w):
             return Problem("dependence", f"iterations of loop {var} may write the same element of {lhs.tensor}",
                            f"could not prove that different iterations of loop {var} write different elements of "
-                           f"{lhs.tensor} ({_access(lhs)}), so they cannot run {how}", w.equation.span)
+                           f"{lhs.tensor} ({access_text(lhs)}), so they cannot run {how}", w.equation.span)
     for info in infos:
         for a in _reads(info):
             w = writes.get(a.tensor)
             if w is None or _independent(site, w, w.equation.lhs, info, a):
                 continue
-            return Problem("dependence", f"{_access(a)} may read what another iteration of loop {var} writes",
-                           f"{_access(a)} may read an element of {a.tensor} that a different iteration of loop {var} "
-                           f"writes ({_access(w.equation.lhs)}): the result depends on the order of the iterations, "
+            return Problem("dependence", f"{access_text(a)} may read what another iteration of loop {var} writes",
+                           f"{access_text(a)} may read an element of {a.tensor} that a different iteration of loop {var} "
+                           f"writes ({access_text(w.equation.lhs)}): the result depends on the order of the iterations, "
                            f"so they cannot run {how}", a.span or info.equation.span)
     return None
 
@@ -174,10 +174,6 @@ def _reads(info: EquationInfo) -> list[A.Access]:
     if eq.predicate is not None:
         out += [n for n in A.walk(eq.predicate) if isinstance(n, A.Access)]
     return out
-
-
-def _access(a: A.Access) -> str:
-    return print_expr(a, declared=frozenset({a.tensor}))
 
 
 def _inner_ranges(site: LoopSite, info: EquationInfo) -> dict[str, affine.Range]:

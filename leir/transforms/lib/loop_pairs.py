@@ -205,7 +205,7 @@ class Conflict:
 
 
 def _use_text(use: _Use) -> str:
-    from leir.lower import equation_text
+    from leir.bridge.lower import equation_text
     from leir.printer import print_expr
 
     if use.write:

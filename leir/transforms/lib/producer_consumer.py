@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from leir import affine
 from leir import ast as A
-from leir.printer import print_expr
+from leir.printer import access_text, equation_text, print_expr
 from leir.semantics import EquationInfo
 from leir.transforms.base import BadStep, Candidate, Context, LoopSite, NotApplicable, Step
 from leir.transforms.rewrite import map_equation, map_expr, substitute
@@ -236,7 +236,7 @@ def complete_refusal(ctx: Context, info: EquationInfo, error: type[NotApplicable
         other = ctx.analysis.equations[others[0]].equation
         return error(
             f"{tensor} is also written by {ctx.block_names[others[0]]}",
-            f"{name} can be {what} only if it is the only equation writing {tensor}; {eq_text(other)} writes it too",
+            f"{name} can be {what} only if it is the only equation writing {tensor}; {equation_text(other)} writes it too",
             other.span)
     if info.kind == "reduce" and allow_reduction:
         return None
@@ -244,11 +244,11 @@ def complete_refusal(ctx: Context, info: EquationInfo, error: type[NotApplicable
         kinds = "a plain computation or a reduction with an implied initial value" if allow_reduction \
             else "a plain computation"
         return error(f"{name} reads what it writes",
-                     f"{eq_text(eq)} reads {tensor}, which it writes; only {kinds} can be {what}", eq.span)
+                     f"{equation_text(eq)} reads {tensor}, which it writes; only {kinds} can be {what}", eq.span)
     if info.reduce_axes:
         loop = next(l for l in info.loops if l.var == info.reduce_axes[0])
         return error(f"{name} repeats its write over loop {loop.var}",
-                     f"{eq_text(eq)} writes the same element on every iteration of loop {loop.var}, which its index "
+                     f"{equation_text(eq)} writes the same element on every iteration of loop {loop.var}, which its index "
                      f"does not use; only an equation whose loops all index what it writes can be {what}", loop.span)
     return None
 
@@ -442,7 +442,7 @@ def _write_after_read(ctx: Context) -> Problem | None:
             earlier = ctx.analysis.equations[reader].equation
             return Problem(
                 f"{tensor} is written after {ctx.block_names[reader]} reads it",
-                f"{eq_text(info.equation)} writes {tensor} after {eq_text(earlier)} read it (a write-after-read "
+                f"{equation_text(info.equation)} writes {tensor} after {equation_text(earlier)} read it (a write-after-read "
                 f"dependence)", info.equation.span)
         for name in flow.tensors_read(info.index):
             read_by.setdefault(name, info.index)
@@ -467,7 +467,7 @@ def _uncovered_read(ctx: Context) -> Problem | None:
                     return Problem(
                         f"cannot show that {tensor} is computed before {ctx.block_names[consumer.index]} reads it",
                         f"leir cannot show (as TVM must) that the elements {access_text(access)} reads were all "
-                        f"written before: {eq_text(group[0].equation)} writes them", access.span)
+                        f"written before: {equation_text(group[0].equation)} writes them", access.span)
     return None
 
 
@@ -687,13 +687,3 @@ def _rename(program: A.Program, names: dict[int, str]) -> A.Program:
 
 
 # ------------------------------------------------------------- messages
-
-
-def eq_text(eq: A.Equation) -> str:
-    from leir.lower import equation_text
-
-    return equation_text(eq)
-
-
-def access_text(a: A.Access) -> str:
-    return print_expr(a, declared=frozenset({a.tensor}))

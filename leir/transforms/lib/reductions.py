@@ -5,8 +5,7 @@ from ``rfactor``, which imports it back."""
 
 from __future__ import annotations
 
-from leir import ast as A
-from leir.printer import print_expr
+from leir.printer import access_text, print_expr
 from leir.semantics import EquationInfo
 from leir.transforms.base import Context, NotApplicable
 from leir.transforms.lib.loop_kinds import tvm_affine_guard
@@ -25,7 +24,7 @@ def reduction_block_refusal(ctx: Context, info: EquationInfo, errors: dict[str, 
     error classes."""
     eq = info.equation
     lhs = eq.lhs
-    text = _access(lhs)
+    text = access_text(lhs)
     if info.kind != "reduce":
         why = ("updates the value an earlier equation wrote (no implied initial value)" if info.kind == "update"
                else "is not a reduction (it does not accumulate into its own element)")
@@ -36,7 +35,7 @@ def reduction_block_refusal(ctx: Context, info: EquationInfo, errors: dict[str, 
     if others:
         other = others[0].equation
         return errors["written-elsewhere"](f"{lhs.tensor} is also written by another equation",
-                                           f"{lhs.tensor} is written by {_access(other.lhs)} too: TVM transforms "
+                                           f"{lhs.tensor} is written by {access_text(other.lhs)} too: TVM transforms "
                                            f"a reduction only when it is the only writer of its tensor", eq.span)
     if not tvm_affine_guard(eq.predicate):
         guard = print_expr(eq.predicate, declared=frozenset(ctx.analysis.tensors))
@@ -44,7 +43,3 @@ def reduction_block_refusal(ctx: Context, info: EquationInfo, errors: dict[str, 
                                f"the guard of {text} ({guard}) is not a bound on single loop variables (like j < 20): "
                                f"TVM then does not recognise the block as a reduction", eq.span)
     return None
-
-
-def _access(a: A.Access) -> str:
-    return print_expr(a, declared=frozenset({a.tensor}))

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from leir import affine
 from leir import ast as A
+from leir.ast import SCOPES
 from leir.semantics import EquationInfo
 from leir.transforms.base import BadStep, Context, NotApplicable, StaleStep, str_arg
 
 #: LEIR scope letter -> the word titles and messages use.
-SCOPE_WORDS = {"g": "global", "s": "shared", "l": "local"}
 #: Scopes a cache stage is offered in, in the editor's order: shared and
 #: local memory on a GPU; on a CPU, which has no shared memory, local (a
 #: stack buffer, for register-level reuse) and global (a heap buffer, for
@@ -52,7 +52,7 @@ def scope_refusal(ctx: Context, scope: str, error: type[NotApplicable], what: st
 
 def scope_arg(args: dict, step_id: str) -> str:
     scope = str_arg(args, "scope", step_id)
-    if scope not in SCOPE_WORDS:
+    if scope not in SCOPES:
         raise BadStep(f"{step_id}: \"scope\" is one of g, s, l (global, shared, local), got {scope!r}")
     return scope
 
@@ -90,7 +90,7 @@ def writers(ctx: Context, tensor: str) -> list[EquationInfo]:
 
 def cache_name(tensor: str, scope: str) -> str:
     """What TVM names the cache stage (before it avoids a clash)."""
-    return f"{tensor}_{SCOPE_WORDS[scope]}"
+    return f"{tensor}_{SCOPES[scope]}"
 
 
 def affine_guard(guard: A.Expr) -> bool:

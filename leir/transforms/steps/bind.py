@@ -19,7 +19,7 @@ a loop that is a spatial axis of every equation under it; equations under
 it that TVM can schedule (each computes a fresh value or a reduction with
 its implied initial value, is the only writer of its tensor under the loop,
 and a reduction's guard bounds single loop variables); and no dependence
-between iterations. On a CPU, thread-bound loops run serially (leir.run).
+between iterations. On a CPU, thread-bound loops run serially (leir.bridge.run).
 
 Example: one block per row, one thread per column
 

@@ -93,6 +93,7 @@ from __future__ import annotations
 
 from leir import affine
 from leir import ast as A
+from leir.ast import SCOPES
 from leir.semantics import EquationInfo
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import (
@@ -103,7 +104,6 @@ from leir.transforms.base import (
     str_arg,
 )
 from leir.transforms.lib.tensors import (
-    SCOPE_WORDS,
     access_at,
     affine_guard,
     guard_reads,
@@ -165,7 +165,7 @@ def candidates(ctx: Context, at: int | None) -> list[Candidate]:
                 continue
             span = pointed.span if pointed is not None else next(a.span for a in rhs_reads(eq) if a.tensor == name)
             for scope in scopes:
-                title = f"Cache {name} in {SCOPE_WORDS[scope]} memory for block {block}"
+                title = f"Cache {name} in {SCOPES[scope]} memory for block {block}"
                 out.append(Candidate(Step(ID, {"block": block, "tensor": name, "scope": scope}), title, span))
     return out
 

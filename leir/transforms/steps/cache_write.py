@@ -65,6 +65,7 @@ from __future__ import annotations
 
 from leir import affine
 from leir import ast as A
+from leir.ast import SCOPES
 from leir.semantics import EquationInfo
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import (
@@ -76,7 +77,6 @@ from leir.transforms.base import (
     str_arg,
 )
 from leir.transforms.lib.tensors import (
-    SCOPE_WORDS,
     access_at,
     affine_guard,
     offered_scopes,
@@ -131,7 +131,7 @@ def candidates(ctx: Context, at: int | None) -> list[Candidate]:
         block = ctx.block_names[info.index]
         name = eq.lhs.tensor
         for scope in scopes:
-            title = f"Cache writes of {name} in {SCOPE_WORDS[scope]} memory for block {block}"
+            title = f"Cache writes of {name} in {SCOPES[scope]} memory for block {block}"
             out.append(Candidate(Step(ID, {"block": block, "tensor": name, "scope": scope}), title, eq.lhs.span))
     return out
 

@@ -99,13 +99,10 @@ from __future__ import annotations
 from leir import affine
 from leir import ast as A
 from leir.semantics import EquationInfo
-from leir.transforms.lib.producer_consumer import (
-    Interval, access_text, attach_candidates, attach_check, attach_tidy, box_union, complete_refusal, dataflow,
-    disjoint_dims, encloses_refusal, eq_text, kernel_loop_refusal, region_misfit, relaxed_ranges,
-    stage_pipeline_refusal, thread_relaxes, write_index_problem,
-)
+from leir.transforms.lib.producer_consumer import (Interval, attach_candidates, attach_check, attach_tidy, box_union, complete_refusal, dataflow, disjoint_dims, encloses_refusal, kernel_loop_refusal, region_misfit, relaxed_ranges, stage_pipeline_refusal, thread_relaxes, write_index_problem)
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, tvm_loop
+from leir.printer import access_text, equation_text
 
 ID = "compute_at"
 GROUP = "memory"
@@ -205,7 +202,7 @@ def _producer_refusal(ctx: Context, info: EquationInfo) -> NotApplicable | None:
     if ctx.analysis.tensors[tensor].role != "tmp":
         return OutputTensor(
             f"{tensor} is an output",
-            f"{eq_text(eq)} writes {tensor}, an output of the program: TVM only moves the computation of a "
+            f"{equation_text(eq)} writes {tensor}, an output of the program: TVM only moves the computation of a "
             f"temporary under its readers' loops; move the readers instead (reverse_compute_at)", eq.span)
     refusal = complete_refusal(ctx, info, NotComplete, "moved under another loop")
     if refusal is not None:
@@ -213,20 +210,20 @@ def _producer_refusal(ctx: Context, info: EquationInfo) -> NotApplicable | None:
     if eq.predicate is not None:
         return Guarded(
             f"{tensor} is written under a guard",
-            f"{eq_text(eq)} has a guard: TVM rebuilds the loops of a moved equation from what its readers need "
+            f"{equation_text(eq)} has a guard: TVM rebuilds the loops of a moved equation from what its readers need "
             f"and drops the guard, so the moved equation would write where the guard said not to", eq.span)
     bad = write_index_problem(eq.lhs, info.loops, split=info.kind == "assign")
     if bad is not None:
         return IndexNotLoops(
             f"the write of {tensor} is not indexed by loop variables",
-            f"{eq_text(eq)}: {bad}; TVM derives the moved loops from the written index, which it inverts exactly "
+            f"{equation_text(eq)}: {bad}; TVM derives the moved loops from the written index, which it inverts exactly "
             f"only for loop variables", eq.lhs.span)
     guard_reader = next((k for k in flow.guard_reads.get(tensor, ()) if k != info.index), None)
     if guard_reader is not None:
         reader = ctx.analysis.equations[guard_reader].equation
         return ReadInGuard(
             f"{tensor} is read in a guard",
-            f"{eq_text(reader)} reads {tensor} in its guard, which TVM does not count as a read: it would not "
+            f"{equation_text(reader)} reads {tensor} in its guard, which TVM does not count as a read: it would not "
             f"keep the guard's reads computed", reader.span)
     return stage_pipeline_refusal(ctx, NotStagePipeline, "moves equations")
 
@@ -247,7 +244,7 @@ def _loop_refusal(ctx: Context, info: EquationInfo, site: LoopSite) -> NotApplic
         return ConsumerOutside(
             f"{ctx.block_names[outside.index]} reads {tensor} outside loop {loop.var}",
             f"every equation that reads {tensor} must be inside loop {loop.var}, where {tensor} will be computed; "
-            f"{eq_text(outside.equation)} is not", outside.equation.span)
+            f"{equation_text(outside.equation)} is not", outside.equation.span)
     path = site.outer + (loop,)
     refusal = (kernel_loop_refusal(ctx, name, site, path, VectorLoop, ThreadLoop)
                or _shared_memory_refusal(ctx, info, path))
@@ -272,7 +269,7 @@ def _loop_refusal(ctx: Context, info: EquationInfo, site: LoopSite) -> NotApplic
     if misfit is not None:
         return IrregularRead(
             f"{tensor} is written through a split index and read in part",
-            f"{eq_text(eq)} writes dimension {misfit} of {tensor} through several loop variables; per iteration "
+            f"{equation_text(eq)} writes dimension {misfit} of {tensor} through several loop variables; per iteration "
             f"of loop {loop.var} only part of that dimension is read, and TVM's inverse of such an index may "
             f"miss elements; compute {name} at a loop where the whole dimension or one element is read",
             eq.lhs.span)

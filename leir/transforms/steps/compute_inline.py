@@ -81,9 +81,10 @@ from __future__ import annotations
 
 from leir import ast as A
 from leir.semantics import EquationInfo
-from leir.transforms.lib.producer_consumer import check_block, complete_refusal, dataflow, eq_text, stage_pipeline_refusal
+from leir.transforms.lib.producer_consumer import check_block, complete_refusal, dataflow, stage_pipeline_refusal
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, NotApplicable, Step
+from leir.printer import equation_text
 
 ID = "compute_inline"
 GROUP = "memory"
@@ -150,12 +151,12 @@ def _refusal(ctx: Context, info: EquationInfo) -> NotApplicable | None:
     if ctx.analysis.tensors[tensor].role != "tmp":
         return OutputTensor(
             f"{tensor} is an output",
-            f"{eq_text(eq)} writes {tensor}, an output of the program: it must stay stored; only a temporary is "
+            f"{equation_text(eq)} writes {tensor}, an output of the program: it must stay stored; only a temporary is "
             f"inlined", eq.span)
     if info.kind == "reduce":
         return Reduction(
             f"{name} is a reduction",
-            f"{eq_text(eq)} accumulates over loop {info.reduce_axes[0] if info.reduce_axes else '...'}: its value "
+            f"{equation_text(eq)} accumulates over loop {info.reduce_axes[0] if info.reduce_axes else '...'}: its value "
             f"exists only once the loop is done, so there is no expression to put in its place; move it next to "
             f"its readers instead (compute_at)", eq.span)
     refusal = complete_refusal(ctx, info, NotComplete, "inlined", allow_reduction=False)
@@ -164,13 +165,13 @@ def _refusal(ctx: Context, info: EquationInfo) -> NotApplicable | None:
     if eq.predicate is not None:
         return Guarded(
             f"{tensor} is written under a guard",
-            f"{eq_text(eq)} has a guard; inlined, the expression would be used where the guard said {tensor} is "
+            f"{equation_text(eq)} has a guard; inlined, the expression would be used where the guard said {tensor} is "
             f"not written", eq.span)
     indices = eq.lhs.indices or ()
     names = [i.name for i in indices if isinstance(i, A.Var)]
     if len(names) != len(indices) or len(set(names)) != len(names):
         return IndexNotLoops(
             f"{tensor} is not indexed by its loop variables",
-            f"{eq_text(eq)}: every index of {tensor} must be a loop variable of its own, so that a read "
+            f"{equation_text(eq)}: every index of {tensor} must be a loop variable of its own, so that a read "
             f"{tensor}_{{...}} says which iteration computed it", eq.lhs.span)
     return stage_pipeline_refusal(ctx, NotStagePipeline, "inlines")

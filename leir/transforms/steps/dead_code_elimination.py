@@ -99,7 +99,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from leir import ast as A
-from leir.lower import equation_text
+from leir.bridge.lower import equation_text
 from leir.semantics import EquationInfo
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import BadStep, Candidate, Context, NotApplicable, StaleStep, Step, str_arg

@@ -76,7 +76,7 @@ from dataclasses import replace
 
 from leir import affine
 from leir import ast as A
-from leir.printer import print_expr
+from leir.printer import access_text, print_expr
 from leir.semantics import EquationInfo
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, TvmRefused, loop_arg, tvm_loop
@@ -132,7 +132,7 @@ def _refusal(ctx: Context, site: LoopSite, info: EquationInfo) -> NotApplicable 
     if skipping is not None:
         loop, guard = skipping
         return Guard(f"the guard {guard} skips the first iteration of loop {loop.var}",
-                     f"the guard of {_access(info.equation.lhs)} does not hold at {loop.var} = {loop.start}, the "
+                     f"the guard of {access_text(info.equation.lhs)} does not hold at {loop.var} = {loop.start}, the "
                      f"iteration where TVM runs the implied initial value (T.init), so the lowered reduction never "
                      f"runs it; an explicit initial value would change what TVM computes", info.equation.span)
     loops = info.loops
@@ -172,10 +172,6 @@ def _skips_first_iteration(info: EquationInfo) -> tuple[A.Loop, str] | None:
     return None
 
 
-def _access(a: A.Access) -> str:
-    return print_expr(a, declared=frozenset({a.tensor}))
-
-
 def check(ctx: Context, args: dict) -> None:
     site = loop_arg(ctx, args, ID)
     refusal = _refusal(ctx, site, ctx.equation_of_block(args["block"]))
@@ -190,7 +186,7 @@ def rewrite(ctx: Context, args: dict) -> A.Program:
     name, so the suffix only clutters the text)."""
     import tvm
 
-    from leir.raise_tir import raise_func
+    from leir.bridge.raise_tir import raise_func
     from leir.transforms.splice import splice
 
     sch = tvm.s_tir.Schedule(ctx.func)

@@ -78,13 +78,12 @@ from dataclasses import replace
 
 from leir import ast as A
 from leir import value_types as VT
-from leir.lower import equation_text
+from leir.bridge.lower import equation_text
 from leir.semantics import EquationInfo
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import BadStep, Candidate, Context, NotApplicable, Step, str_arg
-from leir.transforms.lib.expressions import (  # noqa: F401 - also here, where callers found them
+from leir.transforms.lib.expressions import (
     Occurrence,
-    Placement,
     expr_text,
     find_subexpression,
     new_temporary,
@@ -92,7 +91,6 @@ from leir.transforms.lib.expressions import (  # noqa: F401 - also here, where c
     placement,
     replace_at_path,
     subexpressions,
-    temporary_base,
 )
 from leir.transforms.lib.nests import VECTOR_TEMPORARY_BUG, replace_items
 

@@ -100,22 +100,10 @@ from __future__ import annotations
 from leir import ast as A
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, loop_arg
-from leir.transforms.lib.dependence import (  # noqa: F401 - also here, where callers found them
-    ENUMERATION_LIMIT,
-    PARALLEL_KINDS,
-    Conflict,
-    Touch,
-    order_conflict,
-    touches,
-)
-from leir.transforms.lib.nests import (  # noqa: F401 - also here, where callers found them
+from leir.transforms.lib.dependence import order_conflict
+from leir.transforms.lib.nests import (
     VECTOR_TEMPORARY_BUG,
-    NestPlace,
-    body_at,
     equations_under,
-    fresh_loops,
-    make_nest,
-    nest_places,
     places_of,
     rename_vars,
     replace_items,

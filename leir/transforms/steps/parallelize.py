@@ -76,16 +76,7 @@ from __future__ import annotations
 
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, loop_arg, tvm_loop
-# Moved to the shared library; imported back so that they still read as
-# parallelize's (``from leir.transforms.steps.parallelize import KIND_NAMES``).
-from leir.transforms.lib.loop_kinds import (  # noqa: F401
-    KIND_NAMES,
-    MAX_ENUMERATED,
-    Problem,
-    concurrency_problem,
-    kind_loops,
-    tvm_affine_guard,
-)
+from leir.transforms.lib.loop_kinds import KIND_NAMES, concurrency_problem, kind_loops
 
 ID = "parallelize"
 GROUP = "loop"

@@ -449,6 +449,6 @@ def _strip(e: A.Expr) -> A.Expr:
 
 
 def _eq_text(eq: A.Equation) -> str:
-    from leir.lower import equation_text
+    from leir.bridge.lower import equation_text
 
     return equation_text(eq)

@@ -55,7 +55,7 @@ from leir import ast as A
 from leir.semantics import EquationInfo
 from leir.transforms.lib import rows as R
 from leir.transforms.base import Candidate, Context
-from leir.transforms.lib.row_steps import PrefixItems, prefix_max_items  # noqa: F401 - also here, where callers found them
+from leir.transforms.lib.row_steps import prefix_max_items
 
 ID = "prefix_max"
 GROUP = "algorithmic"

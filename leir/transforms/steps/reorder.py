@@ -79,14 +79,10 @@ from __future__ import annotations
 
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, tvm_loop
-# Moved to the shared library; imported back so that they still read as
-# reorder's (``reorder.child_loops``).
-from leir.transforms.lib.loop_pairs import (  # noqa: F401
-    child_loops,
+from leir.transforms.lib.loop_pairs import (
     guard_text,
     loop_pairs,
     nesting_refusal,
-    only_child,
     order_conflict,
     pair_arg,
     pair_span,

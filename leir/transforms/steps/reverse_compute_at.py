@@ -98,13 +98,10 @@ from __future__ import annotations
 from leir import affine
 from leir import ast as A
 from leir.semantics import EquationInfo
-from leir.transforms.lib.producer_consumer import (
-    Interval, access_text, attach_candidates, attach_check, attach_tidy, box_union, complete_refusal, dataflow,
-    disjoint_dims, encloses_refusal, eq_text, kernel_loop_refusal, region_misfit, stage_pipeline_refusal,
-    write_index_problem,
-)
+from leir.transforms.lib.producer_consumer import (Interval, attach_candidates, attach_check, attach_tidy, box_union, complete_refusal, dataflow, disjoint_dims, encloses_refusal, kernel_loop_refusal, region_misfit, stage_pipeline_refusal, write_index_problem)
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, tvm_loop
+from leir.printer import access_text, equation_text
 
 ID = "reverse_compute_at"
 GROUP = "memory"
@@ -202,13 +199,13 @@ def _consumer_refusal(ctx: Context, info: EquationInfo) -> NotApplicable | None:
     if eq.predicate is not None:
         return Guarded(
             f"{name} has a guard",
-            f"{eq_text(eq)} has a guard: TVM rebuilds the loops of a moved equation from what is computed before "
+            f"{equation_text(eq)} has a guard: TVM rebuilds the loops of a moved equation from what is computed before "
             f"it and drops the guard", eq.span)
     computed = _computed_reads(ctx, info)
     if not computed:
         return NoProducer(
             f"{name} reads no computed tensor",
-            f"{eq_text(eq)} reads only inputs, so no loop computes what it needs; nothing ties it to another nest",
+            f"{equation_text(eq)} reads only inputs, so no loop computes what it needs; nothing ties it to another nest",
             eq.span)
     for tensor in computed:
         reads = flow.reads_of(info.index, tensor)
@@ -216,7 +213,7 @@ def _consumer_refusal(ctx: Context, info: EquationInfo) -> NotApplicable | None:
         if problem is not None:
             return IndexNotLoops(
                 f"{name} reads {tensor} at an index TVM cannot invert",
-                f"{eq_text(eq)}: {problem}; TVM finds the consumer's loops from the elements it reads", reads[0].span)
+                f"{equation_text(eq)}: {problem}; TVM finds the consumer's loops from the elements it reads", reads[0].span)
     return stage_pipeline_refusal(ctx, NotStagePipeline, "moves equations")
 
 
@@ -262,7 +259,7 @@ def _loop_refusal(ctx: Context, info: EquationInfo, site: LoopSite) -> NotApplic
         return ProducerOutside(
             f"{ctx.block_names[outside.index]} is not inside loop {loop.var}",
             f"every equation computing what {name} reads must be inside loop {loop.var}, where {name} will be "
-            f"computed; {eq_text(outside.equation)} is not", outside.equation.span)
+            f"computed; {equation_text(outside.equation)} is not", outside.equation.span)
     path = site.outer + (loop,)
     refusal = kernel_loop_refusal(ctx, name, site, path, VectorLoop, ThreadLoop)
     if refusal is not None:
@@ -273,7 +270,7 @@ def _loop_refusal(ctx: Context, info: EquationInfo, site: LoopSite) -> NotApplic
             what = ("a reduction loop of" if l.var in unfinished.reduce_axes else "a loop that does not index")
             return Recomputes(
                 f"{name} would be recomputed for every {l.var}",
-                f"loop {l.var} is {what} {eq_text(unfinished.equation)}: inside it, what {name} reads is not "
+                f"loop {l.var} is {what} {equation_text(unfinished.equation)}: inside it, what {name} reads is not "
                 f"finished, and {name} would be computed again on every iteration of {l.var}",
                 unfinished.equation.span)
     depth = site.depth + 1

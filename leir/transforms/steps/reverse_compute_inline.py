@@ -64,11 +64,10 @@ from __future__ import annotations
 from leir import affine
 from leir import ast as A
 from leir.semantics import EquationInfo
-from leir.transforms.lib.producer_consumer import (
-    access_text, check_block, complete_refusal, dataflow, eq_text, stage_pipeline_refusal, write_index_problem,
-)
+from leir.transforms.lib.producer_consumer import (check_block, complete_refusal, dataflow, stage_pipeline_refusal, write_index_problem)
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, NotApplicable, Step
+from leir.printer import access_text, equation_text
 
 ID = "reverse_compute_inline"
 GROUP = "memory"
@@ -168,7 +167,7 @@ def _refusal(ctx: Context, info: EquationInfo) -> NotApplicable | None:
     if info.kind == "reduce":
         return Reduction(
             f"{name} is a reduction",
-            f"{eq_text(eq)} accumulates over loop {info.reduce_axes[0] if info.reduce_axes else '...'}: the "
+            f"{equation_text(eq)} accumulates over loop {info.reduce_axes[0] if info.reduce_axes else '...'}: the "
             f"equation before it computes each element once, so it has nowhere to put the accumulation", eq.span)
     refusal = complete_refusal(ctx, info, NotComplete, "inlined", allow_reduction=False)
     if refusal is not None:
@@ -176,15 +175,15 @@ def _refusal(ctx: Context, info: EquationInfo) -> NotApplicable | None:
     if eq.predicate is not None:
         return Guarded(
             f"{name} has a guard",
-            f"{eq_text(eq)} has a guard, and TVM inlines only an equation computed at every iteration", eq.span)
+            f"{equation_text(eq)} has a guard, and TVM inlines only an equation computed at every iteration", eq.span)
     computed = _computed_reads(ctx, info)
     if not computed:
         return NoProducer(f"{name} reads no computed tensor",
-                          f"{eq_text(eq)} reads only inputs: there is no equation to fold it into", eq.span)
+                          f"{equation_text(eq)} reads only inputs: there is no equation to fold it into", eq.span)
     if len(computed) > 1:
         return ReadsSeveral(
             f"{name} reads {computed[0]} and {computed[1]}",
-            f"{eq_text(eq)} reads {' and '.join(computed)}, all computed by the program: it can be folded into the "
+            f"{equation_text(eq)} reads {' and '.join(computed)}, all computed by the program: it can be folded into the "
             f"equation computing one of them only if it reads nothing else computed", eq.span)
     tensor = computed[0]
     reads = flow.reads_of(info.index, tensor)
@@ -192,7 +191,7 @@ def _refusal(ctx: Context, info: EquationInfo) -> NotApplicable | None:
     if problem is not None:
         return IndexNotLoops(
             f"{name} does not read {tensor} at its own loop variables",
-            f"{eq_text(eq)}: {problem}; folded into the producer, the consumer's loop variables are found from the "
+            f"{equation_text(eq)}: {problem}; folded into the producer, the consumer's loop variables are found from the "
             f"element it reads", reads[0].span)
     producer = _producer(ctx, info, tensor)
     if ctx.analysis.tensors[tensor].role != "tmp":
@@ -205,12 +204,12 @@ def _refusal(ctx: Context, info: EquationInfo) -> NotApplicable | None:
         reader = ctx.analysis.equations[other].equation
         return OtherReaders(
             f"{ctx.block_names[other]} also reads {tensor}",
-            f"{eq_text(reader)} reads {tensor} too; folding {name} into the equation computing {tensor} would stop "
+            f"{equation_text(reader)} reads {tensor} too; folding {name} into the equation computing {tensor} would stop "
             f"storing it", reader.span)
     if producer.kind == "reduce":
         return ProducerNotComplete(
             f"{tensor} is computed by a reduction",
-            f"{eq_text(producer.equation)} accumulates {tensor}: its value is final only after the loop, so "
+            f"{equation_text(producer.equation)} accumulates {tensor}: its value is final only after the loop, so "
             f"{name} cannot be applied as it is stored; move {name} under its loops instead (reverse_compute_at)",
             producer.equation.span)
     refusal = complete_refusal(ctx, producer, ProducerNotComplete, "inlined into", allow_reduction=False)
@@ -219,13 +218,13 @@ def _refusal(ctx: Context, info: EquationInfo) -> NotApplicable | None:
     if producer.equation.predicate is not None:
         return ProducerGuarded(
             f"{tensor} is written under a guard",
-            f"{eq_text(producer.equation)} has a guard, which TVM would replace by the consumer's bounds",
+            f"{equation_text(producer.equation)} has a guard, which TVM would replace by the consumer's bounds",
             producer.equation.span)
     uncovered = _coverage_problem(info, producer, reads[0])
     if uncovered is not None:
         return NotCovered(
             f"{tensor} is not written over all of {name}'s loops",
-            f"{eq_text(producer.equation)} {uncovered}; {name} would not be computed everywhere",
+            f"{equation_text(producer.equation)} {uncovered}; {name} would not be computed everywhere",
             producer.equation.lhs.span)
     return stage_pipeline_refusal(ctx, NotStagePipeline, "inlines")
 

@@ -81,20 +81,10 @@ from __future__ import annotations
 from leir import affine
 from leir import ast as A
 from leir import value_types as VT
-from leir.printer import print_expr
+from leir.printer import access_text, print_expr
 from leir.semantics import EquationInfo
 from leir.transforms.applying import apply_transform
-from leir.transforms.base import (
-    BadStep,
-    Candidate,
-    Context,
-    LoopSite,
-    NotApplicable,
-    Step,
-    int_arg,
-    loop_arg,
-    tvm_loop,
-)
+from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, int_arg, loop_arg, tvm_loop
 from leir.transforms.lib.loop_kinds import KIND_NAMES
 from leir.transforms.lib.reductions import reduction_block_refusal
 
@@ -145,10 +135,6 @@ class WrongFactorAxis(NotApplicable):
     code = "rfactor-wrong-factor-axis"
 
 
-def _access(a: A.Access) -> str:
-    return print_expr(a, declared=frozenset({a.tensor}))
-
-
 def _reads(info: EquationInfo) -> list[A.Access]:
     eq = info.equation
     exprs = [eq.rhs] + ([eq.predicate] if eq.predicate is not None else [])
@@ -178,9 +164,9 @@ def _stage_pipeline_problem(ctx: Context) -> tuple[str, str, A.Span | None] | No
         earlier = first_read.get(lhs.tensor)
         if earlier is not None and earlier[0] != info.index:
             reader = equations[earlier[0]]
-            return (f"{lhs.tensor} is written after {_access(earlier[1])} reads it",
-                    f"{_access(lhs)} writes {lhs.tensor} after {_access(reader.equation.lhs)} read it "
-                    f"({_access(earlier[1])}): TVM factors a reduction only in a program where every tensor is "
+            return (f"{lhs.tensor} is written after {access_text(earlier[1])} reads it",
+                    f"{access_text(lhs)} writes {lhs.tensor} after {access_text(reader.equation.lhs)} read it "
+                    f"({access_text(earlier[1])}): TVM factors a reduction only in a program where every tensor is "
                     f"written before it is read (a stage pipeline)", info.equation.span)
         for a in accesses:
             first_read.setdefault(a.tensor, (info.index, a))
@@ -189,8 +175,8 @@ def _stage_pipeline_problem(ctx: Context) -> tuple[str, str, A.Span | None] | No
         for a in accesses:
             producers = [p for p in writers.get(a.tensor, []) if p is not info]
             if producers and not _covered(producers, info, a):
-                return (f"{_access(a)} may read elements no earlier equation writes",
-                        f"{_access(a)} in {_access(info.equation.lhs)} reads elements of {a.tensor} that its earlier "
+                return (f"{access_text(a)} may read elements no earlier equation writes",
+                        f"{access_text(a)} in {access_text(info.equation.lhs)} reads elements of {a.tensor} that its earlier "
                         f"writers may not all write (could not prove it): TVM factors a reduction only in a program "
                         f"where every read is covered by the writes before it (a stage pipeline)",
                         a.span or info.equation.span)
@@ -278,7 +264,7 @@ def _refusal(ctx: Context, site: LoopSite, info: EquationInfo) -> NotApplicable 
     eq = info.equation
     if eq.predicate is not None:
         guard = print_expr(eq.predicate, declared=frozenset(ctx.analysis.tensors))
-        return Guard(f"the reduction {_access(eq.lhs)} has a guard ({guard})",
+        return Guard(f"the reduction {access_text(eq.lhs)} has a guard ({guard})",
                      f"TVM 0.27's rfactor keeps the guard {guard} on the partial results but drops it from the nest "
                      f"that combines them, which then reads partial results never written (measured); factor the "
                      f"reduction before splitting it imperfectly", eq.span)
@@ -290,10 +276,10 @@ def _refusal(ctx: Context, site: LoopSite, info: EquationInfo) -> NotApplicable 
         else:
             why = ("TVM recognises only C = C + e, C = C * e, and max(C, e) or min(C, e) of integers, with the "
                    "accumulated element first (write C -= e as C += -e)")
-        return Combiner(f"TVM cannot factor the reduction {_access(eq.lhs)}", why, eq.span)
+        return Combiner(f"TVM cannot factor the reduction {access_text(eq.lhs)}", why, eq.span)
     if loop.var not in info.reduce_axes:
         return NotReductionLoop(f"loop {loop.var} is not a reduction loop of {eq.lhs.tensor}",
-                                f"loop {loop.var} indexes {_access(eq.lhs)}, so it is not one of the loops the "
+                                f"loop {loop.var} indexes {access_text(eq.lhs)}, so it is not one of the loops the "
                                 f"reduction accumulates over ({', '.join(info.reduce_axes) or 'none'})", loop.span)
     if loop.kind != "L":
         kind = KIND_NAMES[loop.kind]
@@ -305,9 +291,9 @@ def _refusal(ctx: Context, site: LoopSite, info: EquationInfo) -> NotApplicable 
     top = next(s for s in ctx.loop_sites if s.loop is info.loops[0])
     if len(top.equations) > 1:
         other = next(ctx.analysis.equations[k] for k in top.equations if k != info.index)
-        return NotAlone(f"loop {top.loop.var} also holds {_access(other.equation.lhs)}",
+        return NotAlone(f"loop {top.loop.var} also holds {access_text(other.equation.lhs)}",
                         f"the outermost loop {top.loop.var} around {eq.lhs.tensor} also computes "
-                        f"{_access(other.equation.lhs)}: TVM 0.27 factors a reduction only when its outermost loop "
+                        f"{access_text(other.equation.lhs)}: TVM 0.27 factors a reduction only when its outermost loop "
                         f"holds nothing else (it refuses an equation before the reduction and fails internally on "
                         f"one after it); split the nest first (operator fission)", loop.span)
     problem = stage_pipeline_problem(ctx)

@@ -109,6 +109,7 @@ from dataclasses import replace
 
 from leir import affine
 from leir import ast as A
+from leir.ast import SCOPES
 from leir.semantics import EquationInfo
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import (
@@ -117,11 +118,8 @@ from leir.transforms.base import (
     NotApplicable,
     Step,
 )
-# Moved to the shared library; not_temporary, tensors_at and uses are
-# imported back so that they still read as set_scope's.
-from leir.transforms.lib.tensors import (  # noqa: F401
+from leir.transforms.lib.tensors import (
     BLOCK_AXES,
-    SCOPE_WORDS,
     is_gpu_program,
     not_temporary,
     scope_arg,
@@ -169,7 +167,7 @@ def candidates(ctx: Context, at: int | None) -> list[Candidate]:
             continue
         for scope in ("s", "l", "g"):
             if _refusal(ctx, name, scope) is None:
-                title = f"Put {name} in {SCOPE_WORDS[scope]} memory"
+                title = f"Put {name} in {SCOPES[scope]} memory"
                 out.append(Candidate(Step(ID, {"tensor": name, "scope": scope}), title, t.span))
     return out
 
@@ -181,7 +179,7 @@ def _refusal(ctx: Context, name: str, scope: str) -> NotApplicable | None:
         return refusal
     t = ctx.analysis.tensors[name]
     if t.scope == scope:
-        return SameScope(f"{name} is already in {SCOPE_WORDS[scope]} memory", span=t.span)
+        return SameScope(f"{name} is already in {SCOPES[scope]} memory", span=t.span)
     gpu = is_gpu_program(ctx)
     if scope == "s" and not gpu:
         return SharedWithoutThreads(
@@ -206,12 +204,12 @@ def private_refusal(ctx: Context, name: str, scope: str) -> NotApplicable | None
         if k is None:
             return NotOneKernel(f"{name} is used outside the kernels",
                                 f"this access of {name} is under no thread-bound loop: it runs on the host, which "
-                                f"has no {SCOPE_WORDS[scope]} memory", access.span)
+                                f"has no {SCOPES[scope]} memory", access.span)
         if kernel is None:
             kernel = info.loops[k]
         elif info.loops[k] is not kernel:
             return NotOneKernel(f"{name} is used by more than one kernel",
-                                f"{SCOPE_WORDS[scope]} memory lives only as long as its kernel, and this access of "
+                                f"{SCOPES[scope]} memory lives only as long as its kernel, and this access of "
                                 f"{name} is in another kernel than its first one (fuse them into one nest first)",
                                 access.span)
         # Loops outside the kernel launch it again on every iteration: they

@@ -46,6 +46,7 @@ Example: a padded shared tile is not expressible
 
 from __future__ import annotations
 
+from leir.ast import SCOPES
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import (
     BadStep,
@@ -55,7 +56,7 @@ from leir.transforms.base import (
     Step,
     int_arg,
 )
-from leir.transforms.lib.tensors import SCOPE_WORDS, not_temporary, tensor_arg, writers
+from leir.transforms.lib.tensors import not_temporary, tensor_arg, writers
 
 ID = "storage_align"
 GROUP = "memory"
@@ -107,7 +108,7 @@ def check(ctx: Context, args: dict) -> None:
     raise NotExpressible(
         f"LEIR cannot write a padded stride of {name}",
         f"TVM records storage_align as an annotation of the block that writes {name}, which raising back to LEIR "
-        f"drops, and a wider declaration of {SCOPE_WORDS[t.scope]} {name} would be compacted away by TVM's lowering: "
+        f"drops, and a wider declaration of {SCOPES[t.scope]} {name} would be compacted away by TVM's lowering: "
         f"the step would come back unchanged", t.span)
 
 

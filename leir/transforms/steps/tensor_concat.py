@@ -122,7 +122,7 @@ from dataclasses import dataclass, replace
 
 from leir import affine
 from leir import ast as A
-from leir.lower import equation_text
+from leir.bridge.lower import equation_text
 from leir.semantics import EquationInfo
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, loop_arg
@@ -130,6 +130,7 @@ from leir.transforms.lib.combiners import init_value
 from leir.transforms.lib.dependence import touches
 from leir.transforms.lib.nests import equations_under, fresh_loops, places_of, rename_vars, replace_items, sibling
 from leir.transforms.rewrite import fresh_name, map_equation, names_in, substitute
+from leir.printer import access_text
 
 ID = "tensor_concat"
 GROUP = "operator"
@@ -398,11 +399,11 @@ def _tensor_refusal(ctx, site, first, second, renamed: A.Equation) -> tuple[dict
             if dim is None or dims.setdefault(access.tensor, dim) != dim or (
                     access.tensor != a and info[access.tensor].shape[dim] != loop.extent):
                 return refuse(f"{access.tensor} is not indexed by {loop.var} in one whole dimension",
-                              f"{_text(access)} must use {loop.var} alone in exactly one index, over that whole "
+                              f"{access_text(access)} must use {loop.var} alone in exactly one index, over that whole "
                               f"dimension ({loop.extent}), to be concatenated along it", access.span)
         elif any(loop.var in affine.index_vars(i) for i in access.indices or ()):
             return refuse(f"{access.tensor} is read along {loop.var} by both operators",
-                          f"{_text(access)} is shared by {name} and {other} and uses {loop.var}: doubling {loop.var} "
+                          f"{access_text(access)} is shared by {name} and {other} and uses {loop.var}: doubling {loop.var} "
                           f"would read past its end", access.span)
     return tensors, None
 
@@ -566,9 +567,3 @@ def _rename_tensors(eq: A.Equation, mapping: dict[str, str]) -> A.Equation:
         return None
 
     return map_equation(eq, lambda e: map_expr(e, fn))
-
-
-def _text(access: A.Access) -> str:
-    from leir.printer import print_expr
-
-    return print_expr(access, declared=frozenset({access.tensor}))

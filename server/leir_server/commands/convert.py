@@ -16,7 +16,7 @@ def _stem(uri: str) -> str:
 
 
 async def run(server, call) -> dict:
-    from leir.jobs import Failure, convert
+    from leir.tools.jobs import Failure, convert
 
     snapshot = call.snapshot(server)
     kernel = call.string("kernel")

@@ -18,7 +18,7 @@ from leir_server.workers import RequestFailed, require_budget, require_trust, wo
 async def program_of(server, call, snapshot, kernel: str | None):
     """The analysis (a ``.leir`` document) or complete LEIR text (a Python
     kernel, raised in a job process) to measure."""
-    from leir.jobs import Failure, kernel_program
+    from leir.tools.jobs import Failure, kernel_program
 
     if snapshot.language == "leir":
         doc = await asyncio.to_thread(lambda: snapshot.leir)

@@ -1,6 +1,6 @@
 """``leir.optimize`` {uri, kernel?, steps?, budget?, strategy?, apply?}:
 search for verified steps that make the program faster
-(``leir.optimize.optimize``), measured through the server's measurement
+(``leir.tools.optimize.optimize``), measured through the server's measurement
 engine.
 
 - Progress: ``window/workDoneProgress`` (cancellable) when the client
@@ -55,8 +55,8 @@ async def _progress_token(server, call):
 
 
 async def run(server, call) -> dict:
-    from leir.jobs import Failure
-    from leir.optimize import MIN_BUDGET, STRATEGIES
+    from leir.tools.jobs import Failure
+    from leir.tools.optimize import MIN_BUDGET, STRATEGIES
 
     require_trust(server, "optimizing")
     snapshot = call.snapshot(server)

@@ -20,7 +20,7 @@ An extent value is *frozen* (kept) when:
 
 Every variant is checked before use (``check_variant``): it must analyse
 without diagnostics, build and run with TVM and match the NumPy evaluation
-(``leir.run.check``), and, when the workload directory has a
+(``leir.bridge.run.check``), and, when the workload directory has a
 ``references.py`` with a function of the workload's name, the NumPy
 evaluation must match that independent reference too. A variant that fails
 is dropped with its reason, never used.
@@ -71,7 +71,7 @@ class Variant:
 def strip_comments(analysis: Analysis) -> Analysis:
     """The same program without comments (a header comment that says "128
     rows" would be wrong for a variant), in canonical form."""
-    from leir.document import load_leir
+    from leir.bridge.document import load_leir
     from leir.format import canonical_program
     from leir.printer import print_program
 
@@ -187,7 +187,7 @@ def check_variant(analysis: Analysis, stem: str, references=None, target: str = 
     import numpy as np
 
     from leir.evaluate import evaluate
-    from leir.run import check, compare, random_inputs
+    from leir.bridge.run import check, compare, random_inputs
 
     if not analysis.ok:
         first = next(d for d in analysis.diagnostics if d.is_error)
@@ -225,7 +225,7 @@ def workload_variants(path: Path, count: int, seed: int, references=None, target
     """The workload at ``path`` and up to ``count`` checked shape variants.
     A workload that itself fails ``check_variant`` gives no variants (the
     reason goes to ``log``)."""
-    from leir.document import load_leir, read_text
+    from leir.bridge.document import load_leir, read_text
 
     path = Path(path)
     analysis = load_leir(read_text(path)).analysis

@@ -273,7 +273,7 @@ def _injective(access: A.Access, loops: list[A.Loop]) -> bool:
 
 def _identity(combiner: str, dtype: str) -> int | float | bool:
     """The initial value LEIR implies for a reduction into ``dtype`` (a
-    LEIR dtype), as leir.lower writes it."""
+    LEIR dtype), as leir.bridge.lower writes it."""
     import numpy as np
 
     from leir import value_types as VT
@@ -842,7 +842,7 @@ class _Expr:
         if k == "Var":
             return self.var(e)
         if k == "Sub" and _is_zero(e.a):
-            return A.Unary("-", self.index(e.b))  # how leir.lower writes -x
+            return A.Unary("-", self.index(e.b))  # how leir.bridge.lower writes -x
         op = _INDEX_OPS.get(k)
         if op is not None:
             return A.Binary(op, self.index(e.a), self.index(e.b))
@@ -921,9 +921,9 @@ class _Expr:
 
     def x_Sub(self, e, ctx: str) -> A.Expr:
         if _is_zero(e.a):
-            return A.Unary("-", self.value(e.b, ctx))  # how leir.lower writes -x
+            return A.Unary("-", self.value(e.b, ctx))  # how leir.bridge.lower writes -x
         if _is_float(ctx):
-            # a - floor(a/b)*b is how leir.lower writes a float a % b.
+            # a - floor(a/b)*b is how leir.bridge.lower writes a float a % b.
             m = e.b
             if _kind(m) == "Mul" and _is_call(m.a, "floor") and _kind(m.a.args[0]) == "Div":
                 div = m.a.args[0]
@@ -1023,7 +1023,7 @@ class _Expr:
         if op == "likely" and len(args) == 1:
             return self.value(args[0], ctx)  # a hint, not a value change
         if op == "floor" and _is_float(ctx) and _kind(args[0]) == "Div":
-            # floor(a/b) is how leir.lower writes a float a // b.
+            # floor(a/b) is how leir.bridge.lower writes a float a // b.
             div = args[0]
             return A.Binary("//", self.value(div.a, ctx), self.value(div.b, ctx))
         func = _FUNCTION.get(op)

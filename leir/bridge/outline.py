@@ -162,7 +162,7 @@ def tvmscript_symbols(text: str) -> list[Symbol]:
     """The TVMScript kernels of a Python file: each ``@T.prim_func`` with its
     buffers and loops, each ``@I.ir_module`` with its functions. A file that
     is not valid Python has none."""
-    from leir.tvmscript.discovery import find_kernels
+    from leir.bridge.tvmscript.discovery import find_kernels
 
     kernels, _ = find_kernels(text)
     symbols = []

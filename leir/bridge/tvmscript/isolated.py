@@ -1,6 +1,6 @@
 """TVM's TVMScript parser, run in a worker process with limits.
 
-The screen (``leir.tvmscript.screen``) decides what text TVM may see; this
+The screen (``leir.bridge.tvmscript.screen``) decides what text TVM may see; this
 module decides where TVM reads it. Parsing a screened kernel still costs
 what the kernel asks for (TVM builds its IR, checks it, folds what it
 folds), so the parse runs in a worker process with a memory cap
@@ -34,7 +34,7 @@ PARSE_TIMEOUT_S = 20.0
 MEMORY_CAP = 2 * 1024**3
 
 #: Modules the worker starts with (its forkserver imports them once).
-PRELOAD = ["tvm", "tvm.script", "leir.tvmscript.isolated"]
+PRELOAD = ["tvm", "tvm.script", "leir.bridge.tvmscript.isolated"]
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def parse_source(text: str, aliases: dict[str, str], constants: dict[str, Any]) 
 
 
 def _parse(text: str, aliases: dict[str, str], constants: dict[str, Any]) -> Any:
-    from leir.tvmscript.namespaces import namespace_values
+    from leir.bridge.tvmscript.namespaces import namespace_values
 
     extra_vars = namespace_values(aliases)
     for name, value in constants.items():

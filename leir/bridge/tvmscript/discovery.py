@@ -10,8 +10,8 @@ from typing import Literal
 
 from leir.ast import Span
 from leir.diagnostics import Diagnostic, error
-from leir.tvmscript.lines import PythonLines
-from leir.tvmscript.namespaces import Resolved, import_bindings, resolve
+from leir.bridge.tvmscript.lines import PythonLines
+from leir.bridge.tvmscript.namespaces import Resolved, import_bindings, resolve
 
 KernelKind = Literal["prim_func", "ir_module"]
 

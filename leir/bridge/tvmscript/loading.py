@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from leir.ast import Span
 from leir.diagnostics import Diagnostic, error
-from leir.tvmscript.discovery import KernelKind, KernelSource, decorator_kind, find_kernels
-from leir.tvmscript.lines import PythonLines, char_column
-from leir.tvmscript.isolated import ParseFailure, Serialized, parse_source
-from leir.tvmscript.screen import BUILTIN_NAMES, constant_refusal, docstrings, screen_kernel
+from leir.bridge.tvmscript.discovery import KernelKind, KernelSource, decorator_kind, find_kernels
+from leir.bridge.tvmscript.lines import PythonLines, char_column
+from leir.bridge.tvmscript.isolated import ParseFailure, Serialized, parse_source
+from leir.bridge.tvmscript.screen import BUILTIN_NAMES, constant_refusal, docstrings, screen_kernel
 
 if TYPE_CHECKING:
     import tvm
@@ -119,7 +119,7 @@ def parse_kernel(kernel: KernelSource) -> tuple[Any, list[Diagnostic]]:
     Returns (None, diagnostics) when the screen refuses the kernel (TVM
     never sees it) or TVM reports an error, mapped to the original file.
     TVM parses in a worker process with a time limit and a memory cap
-    (``leir.tvmscript.isolated``)."""
+    (``leir.bridge.tvmscript.isolated``)."""
     refused = screen_kernel(kernel) or _unreadable_decorators(kernel)
     if refused:
         return None, refused

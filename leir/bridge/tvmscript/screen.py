@@ -41,9 +41,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from leir.diagnostics import Diagnostic, error
-from leir.tvmscript.discovery import FileScope, KernelKind, KernelSource, decorator_kind
-from leir.tvmscript.lines import PythonLines
-from leir.tvmscript.namespaces import LEGACY_TIR_RENAMES, Resolved, resolve
+from leir.bridge.tvmscript.discovery import FileScope, KernelKind, KernelSource, decorator_kind
+from leir.bridge.tvmscript.lines import PythonLines
+from leir.bridge.tvmscript.namespaces import LEGACY_TIR_RENAMES, Resolved, resolve
 
 #: Members of the TIR namespace (``T.``) a kernel may use.
 TIR_MEMBERS = frozenset(

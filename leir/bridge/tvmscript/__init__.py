@@ -42,10 +42,10 @@ which is what a ``tir`` kernel meant (TVM 0.27 itself cannot import
 Importing this package does not import TVM; ``load_document`` does, on
 first use."""
 
-from leir.tvmscript.discovery import FileScope, KernelKind, KernelSource, find_kernels
-from leir.tvmscript.loading import ParsedKernel, TVMScriptDocument, load_document, parse_kernel
-from leir.tvmscript.screen import screen_kernel
-from leir.tvmscript.replace import print_kernel, replace_kernel
+from leir.bridge.tvmscript.discovery import FileScope, KernelKind, KernelSource, find_kernels
+from leir.bridge.tvmscript.loading import ParsedKernel, TVMScriptDocument, load_document, parse_kernel
+from leir.bridge.tvmscript.screen import screen_kernel
+from leir.bridge.tvmscript.replace import print_kernel, replace_kernel
 
 __all__ = [
     "FileScope",

@@ -4,11 +4,11 @@ For each workload file and each of its checked shape variants (``variants``),
 ``trajectories`` trajectories of at most ``steps`` steps each. At each state:
 
 1. list the legal candidates: the searched loop and memory steps ranked by
-   ``leir.ranking.rank`` (a heuristic read off the program: strides,
+   ``leir.tools.ranking.rank`` (a heuristic read off the program: strides,
    extents, reduction axes), and every other transformation's candidates
    (``leir.transforms.candidates``: operator, algebraic, algorithmic);
 2. pick ``budget`` of them with a seeded mix: the best-ranked ones
-   (``leir.ranking.pick``: at most one per transformation and loop first)
+   (``leir.tools.ranking.pick``: at most one per transformation and loop first)
    and about a third drawn at random from all the rest, so the data holds
    steps the heuristic would not try; apply them (steps TVM or our checks
    refuse are replaced by the next draw);
@@ -33,7 +33,7 @@ evaluation of the start program, before timing it; a wrong kernel gets no
 latency and its sample is recorded as not verified. Each step's program
 before was itself checked against the start program, so a verified step
 is one whose kernel computes what the program before it computes, within
-Step-TP's tolerances (``leir.comparison.compare``). The programs after the steps
+Step-TP's tolerances (``leir.bridge.comparison.compare``). The programs after the steps
 are never evaluated with NumPy (the evaluator iterates in Python over some
 transformed nests, which took up to a minute each); the start program is
 evaluated once per seed in each worker. A cache hit measured without that
@@ -74,8 +74,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from leir.dataset import records
-from leir.dataset.variants import Variant, load_references, workload_variants
+from leir.tools.dataset import records
+from leir.tools.dataset.variants import Variant, load_references, workload_variants
 from leir.errors import LeirError
 from leir.files import write_atomic
 
@@ -230,14 +230,14 @@ def _text(analysis) -> str:
 
 
 def _verification(method: str, comparisons: list, seeds, notes: list[str]) -> tuple[bool, dict]:
-    from leir.comparison import MSE_TOLERANCE, RELATIVE_TOLERANCE
+    from leir.bridge.comparison import MSE_TOLERANCE, RELATIVE_TOLERANCE
 
     ok = bool(comparisons) and all(c.ok for _, c in comparisons) and not notes
     worst_abs = max((c.max_abs_err for _, c in comparisons), default=0.0)
     worst_rel = max((c.max_rel_err for _, c in comparisons), default=0.0)
     worst_mse = max((c.mse for _, c in comparisons), default=0.0)
     criteria = sorted({c.criterion for _, c in comparisons if c.criterion})
-    from leir.comparison import absolute_tolerance
+    from leir.bridge.comparison import absolute_tolerance
 
     dtypes = sorted({dtype for dtype, _ in comparisons})
     summary = "; ".join(notes) if notes else ("ok" if ok else "MISMATCH")
@@ -300,7 +300,7 @@ def _time_limit(seconds: float):
 def _equivalence(before: _State, after) -> tuple[list, list[str]]:
     """Compare the NumPy evaluation of ``after`` with that of ``before`` on
     every seed: (dtype, Comparison) pairs and notes. Raises ``SlowEvaluation``."""
-    from leir.comparison import compare
+    from leir.bridge.comparison import compare
 
     comparisons, notes = [], []
     dtypes = {t.name: t.dtype for t in after.outputs()}
@@ -400,7 +400,7 @@ def _picks(analysis, budget: int, target: str, rng: random.Random) -> list:
     budget drawn at random from the rest, then the rest in a random order
     (to replace refused steps)."""
     from leir import transforms
-    from leir.ranking import SEARCHED, pick, rank
+    from leir.tools.ranking import SEARCHED, pick, rank
 
     ranked = rank(analysis, target)
     others = [c.step for c in transforms.candidates(analysis, None, only=tuple(t.ID for t in transforms.ALL
@@ -420,7 +420,7 @@ def _trajectory(variant: Variant, k: int, cfg: BuildConfig, start_measurement,
     Returns when the trajectory ends. ``resume``: where a killed build left
     it (the state to go on from, its index, the programs visited)."""
     from leir import transforms
-    from leir.document import load_leir
+    from leir.bridge.document import load_leir
     from leir.measure.key import reference_key
     from leir.semantics import analyze
 
@@ -642,7 +642,7 @@ def _config_json(cfg: BuildConfig) -> dict:
 def _load_variants(cfg: BuildConfig, out: Path, log: Callable[[str], None]) -> list[Variant]:
     """The start programs; computed once and kept in ``variants.jsonl`` so
     that a resumed build does not check them again."""
-    from leir.document import load_leir
+    from leir.bridge.document import load_leir
 
     path = out / VARIANTS
     if path.exists():

@@ -3,7 +3,7 @@
 Counts per strategy and per workload, the verification pass rate, the
 speedup distribution (verified samples with a latency), trajectory lengths
 (steps the trajectory went on with), tokens per sample under the tokenizer
-of the LEIR token figure (``leir.token_counts``: SmolLM2's BPE) for the program
+of the LEIR token figure (``leir.tools.token_counts``: SmolLM2's BPE) for the program
 before, the program after, the reasoning and the whole chat pair, and two
 plots (PNG): speedup per step index, and strategy frequency.
 """
@@ -16,9 +16,9 @@ import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from leir.dataset.build import DatasetError, read_samples
+from leir.tools.dataset.build import DatasetError, read_samples
 
-#: Below this ratio from 1 a speedup is measurement noise (as in leir.optimize).
+#: Below this ratio from 1 a speedup is measurement noise (as in leir.tools.optimize).
 NOISE = 0.03
 
 
@@ -35,7 +35,7 @@ def _quantiles(values: list[float]) -> dict[str, float] | None:
 
 
 def compute(out: str | Path, tokens: bool = True) -> dict:
-    from leir.dataset.export import chat_pair
+    from leir.tools.dataset.export import chat_pair
 
     samples = list(read_samples(Path(out)))
     if not samples:
@@ -92,7 +92,7 @@ def _group(samples, key: str) -> dict[str, list[dict]]:
 def _tokens(samples, chat_pair) -> dict:
     """Token counts per sample (SmolLM2's BPE), or why there are none."""
     try:
-        from leir.token_counts import count_tokens, tokenizer_name
+        from leir.tools.token_counts import count_tokens, tokenizer_name
 
         count_tokens("L")
     except ImportError as e:  # TokenizerUnavailable is an ImportError too

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 from leir import ast as A
 from leir import value_types as VT
 from leir.errors import LeirError
-from leir.printer import print_expr
+from leir.printer import equation_text
 from leir.semantics import Analysis, EquationInfo
 
 if TYPE_CHECKING:
@@ -82,15 +82,6 @@ def _require_lowerable(analysis: Analysis, name: str) -> None:
         raise LoweringError(f"the program has errors: {first.message}{more}")
     if not name.isidentifier():
         raise LoweringError(f"function name {name!r} is not an identifier")
-
-
-def equation_text(eq: A.Equation) -> str:
-    """An equation on one line, without superscripts (for messages)."""
-    names = frozenset(n.tensor for n in A.walk(eq) if isinstance(n, A.Access))
-    text = f"{print_expr(eq.lhs, declared=names)} = {print_expr(eq.rhs, declared=names)}"
-    if eq.predicate is not None:
-        text += f" where {print_expr(eq.predicate, declared=names)}"
-    return text
 
 
 def tvm_error_message(exc: BaseException) -> str:

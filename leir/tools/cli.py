@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from leir.errors import LeirError
-from leir.files import write_atomic  # noqa: F401 - also leir.cli.write_atomic for callers
+from leir.files import write_atomic
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1  # the input has errors (check, run mismatch)
@@ -113,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(handler=cmd_bench_device)
 
-    from leir.dataset.cli import add_parser as add_dataset_parser  # build|export|stats, in leir/dataset
+    from leir.tools.dataset.cli import add_parser as add_dataset_parser  # build|export|stats, in leir/tools/dataset
 
     add_dataset_parser(sub)
     return parser
@@ -157,7 +157,7 @@ def _version() -> str:
 
 
 def cmd_check(args) -> int:
-    from leir.document import CheckedFile, check_text, language_of, load_leir, read_text
+    from leir.bridge.document import CheckedFile, check_text, language_of, load_leir, read_text
     from leir.footprint import budget_diagnostics
 
     status = EXIT_OK
@@ -187,7 +187,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_fmt(args) -> int:
-    from leir.document import language_of, load_leir, read_text
+    from leir.bridge.document import language_of, load_leir, read_text
     from leir.format import canonical_text
     from leir.printer import print_program
 
@@ -218,7 +218,7 @@ def cmd_fmt(args) -> int:
 
 
 def cmd_convert(args) -> int:
-    from leir.document import load_program
+    from leir.bridge.document import load_program
     from leir.printer import print_program
 
     analysis, name = load_program(args.file, args.kernel)
@@ -227,7 +227,7 @@ def cmd_convert(args) -> int:
 
         sys.stdout.write(print_program(canonical_program(analysis, minimal=True)))
         return EXIT_OK
-    from leir.lower import to_tvmscript
+    from leir.bridge.lower import to_tvmscript
 
     sys.stdout.write(to_tvmscript(analysis, name).rstrip("\n") + "\n")
     return EXIT_OK
@@ -239,8 +239,8 @@ def cmd_convert(args) -> int:
 def cmd_run(args) -> int:
     import numpy as np
 
-    from leir.document import load_program
-    from leir.run import compare, random_inputs, run
+    from leir.bridge.document import load_program
+    from leir.bridge.run import compare, random_inputs, run
 
     analysis, _ = load_program(args.file, args.kernel)
     if args.inputs is not None:
@@ -288,7 +288,7 @@ class _PythonFile:
 
 def _transformable(path: str, kernel: str | None = None):
     """The LEIR document of a .leir file, or a ``_PythonFile``."""
-    from leir.document import language_of, load_leir, read_text
+    from leir.bridge.document import language_of, load_leir, read_text
 
     if language_of(path) != "leir":
         return _PythonFile(path, read_text(path))
@@ -438,7 +438,7 @@ def cmd_replay(args) -> int:
     import json
 
     from leir import transforms
-    from leir.document import read_text
+    from leir.bridge.document import read_text
     from leir.printer import print_program
 
     doc = _transformable(args.file, args.kernel)
@@ -475,8 +475,8 @@ def cmd_replay(args) -> int:
 def cmd_optimize(args) -> int:
     import json
 
-    from leir.document import load_program
-    from leir.optimize import format_result, optimize
+    from leir.bridge.document import load_program
+    from leir.tools.optimize import format_result, optimize
     from leir.printer import print_program
 
     analysis, _ = load_program(args.file, args.kernel)
@@ -504,7 +504,7 @@ def cmd_optimize(args) -> int:
 def cmd_measure(args) -> int:
     import json
 
-    from leir.document import load_program
+    from leir.bridge.document import load_program
     from leir.measure import RPC, MeasurementEngine
     from leir.measure.report import ProgressBar, format_measurement
     from leir.measure.timing import DEFAULT_REPEAT

@@ -19,7 +19,7 @@ steps the policy did not take, slower ones included, are data too.
   ``strategy``: the step's id; ``steptp_strategy``: Step-TP's name for it (null where Step-TP has none);
 - ``tensors``: the known tensors ``[{"name", "role", "dtype", "shape"}]``;
 - ``verified`` and ``verification``: the method, seeds, worst errors and the
-  tolerances they were held to (``leir.run``: Step-TP's);
+  tolerances they were held to (``leir.bridge.run``: Step-TP's);
 - ``latency_before_ms``, ``latency_after_ms``: medians; ``*_min_ms``,
   ``*_max_ms``, ``*_spread`` and ``runs`` beside them; ``speedup``: before /
   after (below 1: the step made it slower); ``None`` where the after program

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from leir.ast import Program, Span
-from leir.diagnostics import Diagnostic, SourceText, error
+from leir.ast import Program
+from leir.diagnostics import Diagnostic, SourceText
 from leir.errors import LeirError
 from leir.parser import ParseResult, parse
 from leir.semantics import Analysis, analyze
@@ -94,7 +94,7 @@ def check_text(text: str, language: str) -> CheckedFile:
     if language == "leir":
         doc = load_leir(text)
         return CheckedFile(text, doc.source, doc.diagnostics)
-    from leir import tvmscript
+    from leir.bridge import tvmscript
 
     doc = tvmscript.load_document(text)
     return CheckedFile(text, SourceText(text), list(doc.diagnostics))
@@ -112,7 +112,7 @@ def load_program(path: str | Path, kernel: str | None = None) -> tuple[Analysis,
         doc = load_leir(text)
         _raise_first_error(path, doc.source, doc.diagnostics)
         return doc.analysis, name
-    from leir import raise_tir, tvmscript
+    from leir.bridge import raise_tir, tvmscript
 
     doc = tvmscript.load_document(text)
     _raise_first_error(path, SourceText(text), doc.diagnostics)

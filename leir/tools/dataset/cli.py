@@ -1,6 +1,6 @@
 """``leir dataset build|export|stats``: the arguments and what they call.
 
-``leir.cli`` registers this subcommand with ``add_parser(sub)``; the rest of
+``leir.tools.cli`` registers this subcommand with ``add_parser(sub)``; the rest of
 the command line knows nothing of datasets.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 
 def add_parser(sub) -> None:
-    from leir.dataset.export import DEFAULT_ALGEBRAIC_CAP, DEFAULT_CAP
+    from leir.tools.dataset.export import DEFAULT_ALGEBRAIC_CAP, DEFAULT_CAP
 
     p = sub.add_parser("dataset", help="build a step-level dataset of measured, verified steps; export; stats")
     ds = p.add_subparsers(dest="dataset_command", metavar="{build,export,stats}", parser_class=type(p))
@@ -79,7 +79,7 @@ def _shard(text: str) -> tuple[int, int]:
 
 
 def cmd_build(args) -> int:
-    from leir.dataset.build import BuildConfig, build
+    from leir.tools.dataset.build import BuildConfig, build
 
     cfg = BuildConfig(workloads=args.workloads, out=args.out, variants=args.variants, steps=args.steps,
                       budget=args.budget, target=args.target, seed=args.seed, jobs=args.jobs,
@@ -94,7 +94,7 @@ def cmd_build(args) -> int:
 
 
 def _export(directory: str, args) -> None:
-    from leir.dataset.export import export
+    from leir.tools.dataset.export import export
 
     summary = export(directory, cap=args.cap, algebraic_cap=args.algebraic_cap, seed=args.seed,
                      heldout_fraction=args.heldout, parquet=not args.no_parquet,
@@ -108,7 +108,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_stats(args) -> int:
-    from leir.dataset.stats import compute, format_stats, plot, write_stats
+    from leir.tools.dataset.stats import compute, format_stats, plot, write_stats
 
     stats = compute(args.dir, tokens=not args.no_tokens)
     if not args.no_plots:
@@ -117,7 +117,7 @@ def cmd_stats(args) -> int:
     if args.json:
         print(json.dumps(stats, indent=1))
     else:
-        from leir.dataset.stats import format_stats
+        from leir.tools.dataset.stats import format_stats
 
         print(format_stats(stats))
         for p in stats.get("plots", []):

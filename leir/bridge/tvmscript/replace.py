@@ -6,9 +6,9 @@ import re
 import textwrap
 from typing import Any
 
-from leir.tvmscript.discovery import KernelSource
-from leir.tvmscript.loading import ParsedKernel
-from leir.tvmscript.namespaces import resolve
+from leir.bridge.tvmscript.discovery import KernelSource
+from leir.bridge.tvmscript.loading import ParsedKernel
+from leir.bridge.tvmscript.namespaces import resolve
 
 #: The import comments TVM's printer puts above a kernel
 #: (``# from tvm.script import tirx as T``).

@@ -11,7 +11,7 @@ analysed in pure Python; a Python file's kernel is parsed by TVM and raised
 to LEIR (``leir.transforms.python_kernels.load_kernel``), which imports TVM but
 compiles nothing.
 
-**Rank.** A step's score is ``leir.ranking.rank``'s heuristic (loop
+**Rank.** A step's score is ``leir.tools.ranking.rank``'s heuristic (loop
 extents, reduction axes, access strides, the share of the program's
 iterations the step touches); steps the search never takes (operator,
 algebraic, algorithmic rewrites) score 0 and keep the catalogue's order.
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from leir.ast import Span
-from leir.measuring import MeasuredLookup, program_digest, tvmscript_namespace
+from leir.tools.measuring import MeasuredLookup, program_digest, tvmscript_namespace
 from leir.transforms.base import Step
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ class Suggestion:
     span: Span | None
     #: The Python kernel the step belongs to; None in a ``.leir`` document.
     kernel: str | None
-    #: ``leir.ranking.rank``'s heuristic score (0 for steps it does not rank).
+    #: ``leir.tools.ranking.rank``'s heuristic score (0 for steps it does not rank).
     score: float
     #: The computed facts behind the score, one short clause each.
     facts: tuple[str, ...]
@@ -96,9 +96,9 @@ def suggest(text: str, language: str, at: int | None = None, *, kernel: str | No
             only: tuple[str, ...] | None = None, ranker=None) -> list[Suggestion]:
     """The steps that apply at character offset ``at`` of a document
     (everywhere when None), best first (see the module docstring), scored
-    by ``ranker`` (a ``leir.ranking.Ranker``; the heuristic by default).
+    by ``ranker`` (a ``leir.tools.ranking.Ranker``; the heuristic by default).
     ``language`` is "leir" or "tvmscript"; ``document``, the
-    ``leir.document.LeirDocument`` of ``text`` when the caller has it;
+    ``leir.bridge.document.LeirDocument`` of ``text`` when the caller has it;
     ``only``, the transformation ids to consider (all by default). A
     document with errors, or a Python file without a kernel that loads, has
     no suggestions."""
@@ -130,7 +130,7 @@ def order(found: list[Suggestion]) -> list[Suggestion]:
 
 @functools.lru_cache(maxsize=8)
 def _document(text: str):
-    from leir.document import load_leir
+    from leir.bridge.document import load_leir
 
     return load_leir(text)
 
@@ -156,11 +156,11 @@ def kernel_at(text: str, kernel: str | None = None, at: int | None = None):
 
 
 def _scores(ctx, steps, target: str, ranker=None) -> dict[str, tuple[float, tuple[str, ...]]]:
-    """The score and facts ``ranker`` (``leir.ranking``, the heuristic by
+    """The score and facts ``ranker`` (``leir.tools.ranking``, the heuristic by
     default) gives each of ``steps`` (the ones at the cursor: ranking every
     step of a large program would take seconds); steps the search never
     takes score 0."""
-    from leir.ranking import HEURISTIC, SEARCHED
+    from leir.tools.ranking import HEURISTIC, SEARCHED
 
     # The ranking knows "llvm" and "cuda"; an RPC device runs one of them.
     kind = "cuda" if "cuda" in target else "llvm"

@@ -7,7 +7,7 @@ current program and the best few steps in the background, and keep a table
     watcher.run_once()          # one pass: check, rank, measure, report
     watcher.start(); ...; watcher.stop()   # follow changes until stopped
 
-The next steps come from ``leir.suggest`` (the ranking the editor's code
+The next steps come from ``leir.tools.suggest`` (the ranking the editor's code
 actions use). Rows (``Row``): file, kernel, the current latency (measured,
 from the cache, or "not measured"), the best next step and its expected
 speedup, which is
@@ -25,17 +25,17 @@ processes, its SQLite cache): cached results are used first and free;
 program first, then the suggestions in rank order). Every suggestion is
 applied and numerically verified against the current program
 (``leir.transforms.verify``) before it is measured; one that fails shows why
-and has no latency. A verified step is remembered (``leir.suggest.
+and has no latency. A verified step is remembered (``leir.tools.suggest.
 StepOutcomes``), so the editor's code actions show its measured speedup too. When a file changes again its pending measurements are
 cancelled: they measure a program that no longer exists.
 
 **Bad files** never stop the watcher: a file that vanishes (deleted, or
 renamed away) leaves the table; one that is not UTF-8, is larger than
-``leir.document.MAX_DOCUMENT_BYTES`` or cannot be read gets one row saying
+``leir.bridge.document.MAX_DOCUMENT_BYTES`` or cannot be read gets one row saying
 so; a file with errors gets one row with the first error.
 
 Checking a Python file imports TVM (to parse its kernels); nothing in the
-file runs (``leir.tvmscript``).
+file runs (``leir.bridge.tvmscript``).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from leir.errors import LeirError
 #: REFUSED: the status of a program (and of its steps) that the memory budget
 #: keeps from being verified, run or measured (``leir.footprint``): nothing
 #: was built, and no measurement of the budget was spent on it.
-from leir.measuring import REFUSED, EngineMeasurer, TopStepsPlan
+from leir.tools.measuring import REFUSED, EngineMeasurer, TopStepsPlan
 
 logger = logging.getLogger(__name__)
 
@@ -210,8 +210,8 @@ class _Kernel:
 
     @property
     def namespace(self) -> str:
-        """How ``leir.measuring.StepOutcomes`` files its steps."""
-        from leir.measuring import tvmscript_namespace
+        """How ``leir.tools.measuring.StepOutcomes`` files its steps."""
+        from leir.tools.measuring import tvmscript_namespace
 
         return "leir" if self.language == "leir" else tvmscript_namespace(self.name)
 
@@ -243,7 +243,7 @@ def _leir_stem(path: Path) -> str:
 
 def _kernels_of(path: Path, text: str) -> tuple[list[_Kernel], str | None]:
     """The kernels of a checked file, or ([], first error)."""
-    from leir.document import check_text, language_of
+    from leir.bridge.document import check_text, language_of
 
     language = language_of(path)
     checked = check_text(text, language)
@@ -251,7 +251,7 @@ def _kernels_of(path: Path, text: str) -> tuple[list[_Kernel], str | None]:
     if error is not None:
         return [], error
     if language == "leir":
-        from leir.document import load_leir
+        from leir.bridge.document import load_leir
 
         return [_Kernel(_leir_stem(path), text, "leir", load_leir(text).analysis)], None
     return _tvmscript_kernels(text), None
@@ -262,7 +262,7 @@ def _tvmscript_kernels(text: str) -> list[_Kernel]:
     included), raised to LEIR."""
     import tvm
 
-    from leir import tvmscript
+    from leir.bridge import tvmscript
     from leir.transforms.python_kernels import load_kernel
 
     names = []
@@ -283,20 +283,20 @@ def _tvmscript_kernels(text: str) -> list[_Kernel]:
 def _might_hold_kernels(text: str) -> bool:
     """Whether a Python file has a TVMScript kernel (a syntax scan: no TVM,
     nothing run)."""
-    from leir.tvmscript.discovery import find_kernels
+    from leir.bridge.tvmscript.discovery import find_kernels
 
     kernels, _ = find_kernels(text)
     return bool(kernels)
 
 
 def top_suggestions(kernel: _Kernel, target: str, k: int = TOP_SUGGESTIONS, measured=None) -> list[NextStep]:
-    """The ``k`` best next steps of a kernel by ``leir.suggest`` (measured
+    """The ``k`` best next steps of a kernel by ``leir.tools.suggest`` (measured
     speedups first, then the analysis' rank), at most one per
     (transformation, block, loop): three splits of one loop are one idea,
-    not three. Only steps that change latency (the ones ``leir.optimize``
+    not three. Only steps that change latency (the ones ``leir.tools.optimize``
     ranks); operator and algebraic rewrites change what is computed, which
     is the user's call."""
-    from leir.suggest import suggest
+    from leir.tools.suggest import suggest
 
     if k <= 0:
         return []
@@ -349,7 +349,7 @@ class _FilePlan(TopStepsPlan):
         return self.watcher._current(self.rel, self.generation) is not None
 
     def known(self, s: NextStep) -> bool:
-        return s.status == "cached"  # applied, verified and measured before (leir.suggest found it)
+        return s.status == "cached"  # applied, verified and measured before (leir.tools.suggest found it)
 
     def apply(self, s: NextStep):
         return self.watcher._applied(self.rel, self.generation, self.kernel, s)
@@ -486,7 +486,7 @@ class Watcher:
     def _check(self, rel: str) -> tuple[list[Row] | None, list[tuple[Row, _Kernel]]]:
         """The rows of one file (None when it is not, or no longer, a file
         with kernels), and the (row, kernel) pairs that can be measured."""
-        from leir.document import MAX_DOCUMENT_BYTES
+        from leir.bridge.document import MAX_DOCUMENT_BYTES
 
         path = self.root / rel
         try:
@@ -542,7 +542,7 @@ class Watcher:
     def _measure_plan(self, rel: str, generation: int) -> None:
         """Measure one version of one file: each kernel's program, then its
         suggestions, cache first, at most ``budget`` new measurements
-        (``leir.measuring.TopStepsPlan``)."""
+        (``leir.tools.measuring.TopStepsPlan``)."""
         with self._lock:
             state = self._current(rel, generation)
             if state is None:
@@ -559,17 +559,17 @@ class Watcher:
 
     def _measurer_now(self) -> EngineMeasurer:
         if self._measurer is None:
-            from leir.measuring import engine_measurer
+            from leir.tools.measuring import engine_measurer
 
             self._measurer = engine_measurer(self.target)
         return self._measurer
 
     def _measured_lookup(self):
-        """The cached latencies ``leir.suggest`` reads (a ``MeasuredLookup``), or None."""
+        """The cached latencies ``leir.tools.suggest`` reads (a ``MeasuredLookup``), or None."""
         if self._measurer is None and self.budget == 0:
             # Nothing will be measured: read the cache without an engine.
             if self._lookup_only is None:
-                from leir.measuring import MeasuredLookup
+                from leir.tools.measuring import MeasuredLookup
 
                 try:
                     self._lookup_only = MeasuredLookup.for_target(self.target) or False
@@ -707,7 +707,7 @@ class Watcher:
     def write_report(self) -> None:
         if self.report_path is None:
             return
-        from leir.cli import write_atomic
+        from leir.files import write_atomic
 
         text = json.dumps(self.report(), indent=1) + "\n"
         try:

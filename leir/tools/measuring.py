@@ -5,12 +5,12 @@ then its top next steps.
 - ``Measurer``: a callable from analysed programs to a ``Timing`` each (a
   batch lets an engine use its workers); optionally ``paired(before,
   after, rounds)``, a comparison timed turn about without any cache
-  (``measure_pair``). ``leir.optimize`` searches through one.
+  (``measure_pair``). ``leir.tools.optimize`` searches through one.
 - ``EngineMeasurer``: the measurement engine (``leir.measure``) behind it,
   with what background measuring needs besides (``submit``, ``lookup``,
   ``record``); ``FallbackMeasurer``: an in-process compile and
   ``time_evaluator`` loop for when the engine is not importable;
-  ``leir.jobs`` has a proxy that asks the server's engine from a job
+  ``leir.tools.jobs`` has a proxy that asks the server's engine from a job
   process.
 - ``TopStepsPlan``: measure a program, then the programs its top next steps
   produce, cache first, within a budget: what watch mode and the server's
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, runtime_checkable
 
 from leir.errors import LeirError
+from leir.measure.timing import CONFIRM_ROUNDS, MIN_GAIN
 from leir.semantics import Analysis
 
 if TYPE_CHECKING:
@@ -38,11 +39,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: A step is an improvement only when it is at least this much faster:
-#: repeated timings of one program on this machine differ by about 1-2%.
-MIN_GAIN = 0.03
-#: Rounds of a paired confirmation (each times the current program, then the candidate).
-CONFIRM_ROUNDS = 3
 #: The file, next to the measurement cache, that remembers what program a
 #: verified step produced.
 OUTCOMES_NAME = "step-outcomes.sqlite"
@@ -131,7 +127,7 @@ def measure_pair(measurer: Measurer, before: Analysis, after: Analysis, rounds: 
 class FallbackMeasurer:
     """FALLBACK measurer, used only when ``leir.measure`` (the measurement
     engine, with its worker processes and SQLite cache) is not importable:
-    builds in this process with ``leir.run.compile_program`` and times with
+    builds in this process with ``leir.bridge.run.compile_program`` and times with
     TVM's ``time_evaluator``: ``repeat`` runs of at least ``min_repeat_ms``
     each (after one warm-up call), median of their per-call means."""
 
@@ -147,7 +143,7 @@ class FallbackMeasurer:
         import tvm
 
         from leir.inputs import random_inputs, zeros
-        from leir.run import compile_program
+        from leir.bridge.run import compile_program
 
         try:
             compiled = compile_program(analysis, self.target)
@@ -186,7 +182,7 @@ class FallbackMeasurer:
         import tvm
 
         from leir.inputs import random_inputs, zeros
-        from leir.run import compile_program
+        from leir.bridge.run import compile_program
 
         compiled = compile_program(analysis, self.target)
         inputs = random_inputs(analysis, 0)
@@ -356,7 +352,7 @@ class StepOutcomes:
     def after(self, before: Analysis | str, step: Step, namespace: str = "leir") -> Analysis | None:
         """The analysed program ``step`` produced from ``before`` (an analysis
         or its digest), or None when it was never recorded."""
-        from leir.document import load_leir
+        from leir.bridge.document import load_leir
 
         digest = before if isinstance(before, str) else program_digest(before)
         text = self.after_text(digest, step, namespace)

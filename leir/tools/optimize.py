@@ -40,7 +40,7 @@ not the cache is warm; the summary says how many were cache hits (free in
 time, not in budget). Programs that fail to apply are never measured and cost
 nothing; a build or run failure costs one measurement.
 
-**Measurement** goes through a ``leir.measuring.Measurer``: a callable
+**Measurement** goes through a ``leir.tools.measuring.Measurer``: a callable
 taking analysed programs and returning a ``Timing`` each.
 ``default_measurer`` uses the measurement engine (``leir.measure``) when it
 is importable, and otherwise ``FallbackMeasurer``, an in-process compile and
@@ -57,12 +57,10 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from leir import ast as A
 from leir.errors import LeirError
-from leir.measuring import (  # MIN_GAIN and CONFIRM_ROUNDS: the thresholds the search's docstring explains
+from leir.tools.measuring import (  # MIN_GAIN and CONFIRM_ROUNDS: the thresholds the search's docstring explains
     CONFIRM_ROUNDS, MIN_GAIN, Measurer, Paired, Timing, default_measurer, measure_pair,
 )
-from leir.ranking import (  # noqa: F401  (the ranking is also imported from here)
-    SEARCHED, HeuristicRanker, Ranked, Ranker, access_strides, pick, rank, score_step,
-)
+from leir.tools.ranking import Ranked, Ranker, pick, rank
 from leir.semantics import Analysis, analyze
 
 if TYPE_CHECKING:
@@ -347,7 +345,7 @@ def optimize(analysis: Analysis, steps: int = 4, budget: int | None = None, stra
     """Search for at most ``steps`` verified steps using at most ``budget``
     measurements (default 6 per step, the start included; a paired
     confirmation counts ``CONFIRM_COST``), trying the steps in the order of
-    ``ranker`` (``leir.ranking``; the heuristic by default). ``on_kept``
+    ``ranker`` (``leir.tools.ranking``; the heuristic by default). ``on_kept``
     hears of each step kept: greedy's as it keeps it, beam's and MCTS's
     once the final program's gain is confirmed (before that, none is
     kept)."""

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from leir.comparison import Comparison, compare, merge_comparisons
+from leir.bridge.comparison import Comparison, compare, merge_comparisons
 from leir.errors import LeirError
 from leir.inputs import InputError, check_inputs, random_inputs, zeros
-from leir.lower import lower, thread_loops, tvm_error_message
+from leir.bridge.lower import lower, thread_loops, tvm_error_message
 from leir.semantics import Analysis
-from leir.targets import cuda_target, gpu_problems, host_target, kernel_threads
+from leir.bridge.targets import cuda_target, gpu_problems, host_target, kernel_threads
 
 if TYPE_CHECKING:
     import tvm

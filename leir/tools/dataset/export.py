@@ -40,7 +40,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from leir.dataset.build import DatasetError, read_samples
+from leir.tools.dataset.build import DatasetError, read_samples
 from leir.files import write_atomic
 
 SPLITS = ("train", "validation", "test", "heldout")

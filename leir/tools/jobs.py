@@ -85,7 +85,7 @@ def apply_step(text: str, language: str, step: dict, kernel: str | None = None, 
     ``verify`` is False), or a ``Failure``. ``language`` is "leir" or
     "tvmscript" (then ``kernel`` names the kernel, as the step's arguments
     do). With ``record``, a verified step's outcome is remembered for
-    ``leir.suggest`` (``StepOutcomes``)."""
+    ``leir.tools.suggest`` (``StepOutcomes``)."""
     from leir.transforms import step_from_json
 
     try:
@@ -99,7 +99,7 @@ def apply_step(text: str, language: str, step: dict, kernel: str | None = None, 
 
 def _apply_leir(text: str, step, verify: bool, record: bool) -> Applied | Failure:
     from leir import transforms
-    from leir.document import load_leir
+    from leir.bridge.document import load_leir
     from leir.printer import print_program
     from leir.semantics import analyze
 
@@ -129,7 +129,7 @@ def _apply_leir(text: str, step, verify: bool, record: bool) -> Applied | Failur
 
 def _apply_tvmscript(text: str, step, kernel: str | None, verify: bool, record: bool) -> Applied | Failure:
     from leir.printer import print_program
-    from leir.measuring import tvmscript_namespace
+    from leir.tools.measuring import tvmscript_namespace
     from leir.transforms.python_kernels import load_kernel, tvmscript_apply, tvmscript_verify
 
     before = load_kernel(text, kernel)
@@ -153,7 +153,7 @@ def _apply_tvmscript(text: str, step, kernel: str | None, verify: bool, record: 
 
 
 def _record(before, step, after, namespace: str) -> None:
-    from leir.measuring import default_outcomes
+    from leir.tools.measuring import default_outcomes
 
     outcomes = default_outcomes()
     if outcomes is None:
@@ -180,8 +180,8 @@ def convert(text: str, language: str, kernel: str | None = None, name: str = "ma
 
     try:
         if language == "leir":
-            from leir.document import load_leir
-            from leir.lower import to_tvmscript
+            from leir.bridge.document import load_leir
+            from leir.bridge.lower import to_tvmscript
 
             doc = load_leir(text)
             if not doc.ok:
@@ -220,7 +220,7 @@ class _Cancelled(Exception):
 
 @dataclass
 class _ProxyMeasurer:
-    """A ``leir.measuring.Measurer`` that asks the parent process to measure
+    """A ``leir.tools.measuring.Measurer`` that asks the parent process to measure
     (its measurement engine owns the workers and the cache), and remembers
     every answer: a program asked for twice is measured once."""
 
@@ -230,7 +230,7 @@ class _ProxyMeasurer:
     name = "MeasurementEngine (server)"
 
     def __call__(self, analyses):
-        from leir.measuring import Timing
+        from leir.tools.measuring import Timing
         from leir.printer import print_program
 
         texts = [print_program(a.complete_program()) for a in analyses]
@@ -247,10 +247,10 @@ class _ProxyMeasurer:
 
 class _PairingProxyMeasurer(_ProxyMeasurer):
     """A proxy whose parent's engine can also time two programs turn about
-    without its cache (``leir.measuring.measure_pair`` uses ``paired``)."""
+    without its cache (``leir.tools.measuring.measure_pair`` uses ``paired``)."""
 
     def paired(self, before, after, rounds: int):
-        from leir.measuring import Paired
+        from leir.tools.measuring import Paired
         from leir.printer import print_program
 
         self.conn.send(("paired", print_program(before.complete_program()), print_program(after.complete_program()),
@@ -263,7 +263,7 @@ class _PairingProxyMeasurer(_ProxyMeasurer):
 
 
 def optimize_child(conn, text: str, language: str, kernel: str | None, options: dict) -> None:
-    """Run ``leir.optimize.optimize`` on a document, talking to the parent
+    """Run ``leir.tools.optimize.optimize`` on a document, talking to the parent
     through ``conn`` (a ``multiprocessing`` connection):
 
     - sends ``("measure", [program text...])`` and waits for
@@ -286,11 +286,11 @@ def optimize_child(conn, text: str, language: str, kernel: str | None, options: 
 
 
 def _optimize(conn, text: str, language: str, kernel: str | None, options: dict):
-    from leir.optimize import optimize
+    from leir.tools.optimize import optimize
     from leir.printer import print_program
 
     if language == "leir":
-        from leir.document import load_leir
+        from leir.bridge.document import load_leir
 
         doc = load_leir(text)
         if not doc.ok:

@@ -29,7 +29,7 @@ def kernel_threads() -> int:
     every CPU this process may use. TVM's own default is half the hardware
     threads (it assumes hyperthreading) and it pins the process to the CPUs
     it uses: on a 2-vCPU machine, one thread on CPU 0, so a parallel loop
-    gained nothing. The measurement worker and ``leir.run`` set ``TVM_NUM_THREADS``
+    gained nothing. The measurement worker and ``leir.bridge.run`` set ``TVM_NUM_THREADS``
     to this before TVM starts its thread pool."""
     threads = os.environ.get("TVM_NUM_THREADS", "").strip()
     if threads.isdigit() and int(threads) > 0:
@@ -94,7 +94,7 @@ def gpu_problems(analysis: Analysis) -> list[str]:
     """Why the program cannot run on a GPU as written: every equation must
     sit inside a thread-bound (``B``) loop, since TVM puts whatever is
     outside one in host code, which cannot touch device memory."""
-    from leir.lower import equation_text
+    from leir.bridge.lower import equation_text
 
     problems = []
     for info in analysis.equations:
