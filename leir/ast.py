@@ -24,6 +24,9 @@ LOOP_KINDS = {
     "B": "thread_binding",
 }
 
+#: Loop kinds in words, for messages ("inside parallel loop i").
+KIND_WORDS = {"L": "serial", "P": "parallel", "V": "vectorized", "U": "unrolled", "B": "thread-bound"}
+
 #: Thread-axis names a ``B`` loop variable may take, and the TVM thread tag.
 THREAD_AXES = {
     "bx": "blockIdx.x",

@@ -509,11 +509,11 @@ class _Analyzer:
                 continue  # one warning per vector loop
             self.warned_vector_loops.add(id(vloop))
             self.report(warning(vloop.var_span or vloop.span or _NO_SPAN, "vector-not-innermost",
-                                f"vectorized loop {vloop.var} contains {_kind_name(inner.kind)} loop {inner.var}: "
+                                f"vectorized loop {vloop.var} contains {A.KIND_WORDS.get(inner.kind, inner.kind)} loop {inner.var}: "
                                 f"TVM keeps {inner.var} as a loop and vectorizes its body across {vloop.var}, one vector "
                                 f"operation per iteration (strided wherever {vloop.var} does not index the last dimension); "
                                 f"make {vloop.var} the innermost loop",
-                                Related(inner.span or _NO_SPAN, f"{_kind_name(inner.kind)} loop {inner.var}")))
+                                Related(inner.span or _NO_SPAN, f"{A.KIND_WORDS.get(inner.kind, inner.kind)} loop {inner.var}")))
 
     def check_kernel(self, loops: list[A.Loop]) -> None:
         """One kernel's thread-bound loops: one extent per axis, and CUDA's
@@ -883,7 +883,7 @@ class _Analyzer:
             return
         if collision is None or not certain:
             self.report(warning(loop.var_span or loop.span or _NO_SPAN, "possible-race",
-                                f"could not prove that different iterations of {_kind_name(loop.kind)} loop {loop.var} "
+                                f"could not prove that different iterations of {A.KIND_WORDS.get(loop.kind, loop.kind)} loop {loop.var} "
                                 f"write different elements of {lhs.tensor} (the index is not affine, the guard reads "
                                 f"tensors, or there are too many iterations to enumerate); a race if they do",
                                 Related(lhs.span or _NO_SPAN, "the write")))
@@ -971,7 +971,7 @@ class _Analyzer:
                               Related(lhs.span or _NO_SPAN, "the reduction")))
             return
         self.report(error(span, "race",
-                          f"iterations {loop.var}={a} and {loop.var}={b} of {_kind_name(loop.kind)} loop {loop.var} both write "
+                          f"iterations {loop.var}={a} and {loop.var}={b} of {A.KIND_WORDS.get(loop.kind, loop.kind)} loop {loop.var} both write "
                           f"{target} (a race): make {loop.var} serial or index the write by it",
                           Related(lhs.span or _NO_SPAN, "the write")))
 
@@ -1008,10 +1008,6 @@ class _Analyzer:
 
 def _dims_text(shape: tuple[int, ...]) -> str:
     return " x ".join(map(str, shape)) if sum(len(str(d)) for d in shape) < 200 else f"{len(shape)} dimensions' worth of"
-
-
-def _kind_name(kind: str) -> str:
-    return {"P": "parallel", "V": "vectorized", "B": "thread-bound", "U": "unrolled", "L": "serial"}.get(kind, kind)
 
 def _injective(forms: list, loops: list[A.Loop]) -> bool:
     """Whether the affine ``forms`` (one per index) map the iterations of

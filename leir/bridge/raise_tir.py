@@ -570,7 +570,7 @@ class Raiser:
             binding = self.env[iv.var]
             for loop in loops:
                 if loop.var in _vars(binding) and loop.kind in ("P", "V", "B"):
-                    raise RaiseError(f"block {block.name_hint!r} reduces across {_KIND_NAME[loop.kind]} loop {loop.var} "
+                    raise RaiseError(f"block {block.name_hint!r} reduces across {A.KIND_WORDS[loop.kind]} loop {loop.var} "
                                      f"(a cross-thread reduction); LEIR reductions run over serial loops")
             cond = A.Binary("==", binding, _num(_int(iv.dom.min, "a block iterator's start"), "int64"))
             if _eval_index(cond, {}) is not True:
@@ -803,7 +803,6 @@ class Raiser:
         return out
 
 
-_KIND_NAME = {"P": "parallel", "V": "vectorized", "B": "thread-bound"}
 
 _UNSUPPORTED_STMT = {
     "While": "while loops are not expressible in LEIR",

@@ -23,7 +23,7 @@ from leir.errors import LeirError
 from leir.inputs import InputError, check_inputs, random_inputs, zeros
 from leir.bridge.lower import lower, thread_loops, tvm_error_message
 from leir.semantics import Analysis
-from leir.bridge.targets import cuda_target, gpu_problems, host_target, kernel_threads
+from leir.bridge.targets import TARGETS, cuda_target, gpu_problems, host_target, kernel_threads
 
 if TYPE_CHECKING:
     import tvm
@@ -34,7 +34,6 @@ __all__ = [
     "random_inputs", "run",
 ]
 
-TARGETS = ("llvm", "cuda")
 
 
 class RunError(LeirError):

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 #: The architecture CUDA code is built for when no GPU says otherwise
 #: (the H100/H200 generation).
+#: The targets a program is built for: the host CPU and NVIDIA GPUs.
+TARGETS = ("llvm", "cuda")
 DEFAULT_CUDA_ARCH = "sm_90"
 
 

@@ -16,7 +16,6 @@ from leir import affine
 from leir.semantics import Analysis, EquationInfo
 
 
-KIND_NAMES = {"L": "serial", "P": "parallel", "V": "vectorized", "U": "unrolled", "B": "thread-bound"}
 
 
 def human_bytes(n: float) -> str:
@@ -393,7 +392,7 @@ class LoopFacts:
 
     @property
     def kind_name(self) -> str:
-        return KIND_NAMES[self.kind]
+        return A.KIND_WORDS[self.kind]
 
     def to_json(self) -> dict[str, Any]:
         return {

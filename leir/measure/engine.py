@@ -71,7 +71,7 @@ from leir.measure.measurement import Measurement, PairedMeasurement, VendorResul
 from leir.measure.rpc import RPC, RPCError, servers_for, tracker_summary
 from leir.measure.timing import DEFAULT_MIN_RUN_MS, DEFAULT_REPEAT, summarize
 from leir.semantics import Analysis
-from leir.bridge.targets import kernel_threads
+from leir.bridge.targets import TARGETS, kernel_threads
 
 __all__ = ["EngineBusy", "EngineClosed", "MeasurementEngine", "MeasurementFuture", "Progress"]
 
@@ -208,7 +208,7 @@ class MeasurementEngine:
         if timeout_s <= 0:
             raise LeirError(f"timeout {timeout_s}: must be positive")
         self.rpc = target if isinstance(target, RPC) else None
-        if self.rpc is None and target not in ("llvm", "cuda"):
+        if self.rpc is None and target not in TARGETS:
             raise LeirError(f"unknown target {target!r}: expected llvm, cuda or an RPC tracker")
         if self.rpc is not None:
             servers = servers_for(tracker_summary(self.rpc.host, self.rpc.port), self.rpc.key)
@@ -675,7 +675,7 @@ class MeasurementEngine:
         job = w.job
         if w.state == "starting":
             self._startup_failures += 1
-            reason = self._last_startup_error or _exit_text(code)
+            reason = self._last_startup_error or sandbox.exit_text(code)
             if self._startup_failures >= MAX_STARTUP_FAILURES:
                 self._broken = f"the measurement worker could not start: {reason}"
                 self._fail_queued(self._broken)
@@ -689,11 +689,11 @@ class MeasurementEngine:
         if w.killed_for:
             reason = w.killed_for
         elif code is not None and code < 0:
-            reason = f"crashed ({_signal_text(-code)}) while {w.phase}"
+            reason = f"crashed ({sandbox.exit_text(code)}) while {w.phase}"
             if -code == signal.SIGKILL:
                 reason += f"; the system kills processes it runs out of memory for (worker {_cap_text(self.memory_cap)})"
         else:
-            reason = f"the measurement worker exited ({_exit_text(code)}) while {w.phase}"
+            reason = f"the measurement worker exited ({sandbox.exit_text(code)}) while {w.phase}"
         self._finish(job, {"error": reason})
 
     def _stop_workers(self) -> None:
@@ -932,21 +932,6 @@ def _kill(w: _Worker, wait: bool = True) -> None:
             pass
     if wait:
         w.process.join(5.0)
-
-
-def _signal_text(number: int) -> str:
-    try:
-        return f"signal {number}, {signal.Signals(number).name}"
-    except ValueError:
-        return f"signal {number}"
-
-
-def _exit_text(code: int | None) -> str:
-    if code is None:
-        return "still running"
-    if code < 0:
-        return _signal_text(-code)
-    return f"exit status {code}"
 
 
 def _cap_text(cap: int | None) -> str:

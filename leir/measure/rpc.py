@@ -30,6 +30,7 @@ import struct
 from dataclasses import dataclass
 
 from leir.errors import LeirError
+from leir.bridge.targets import TARGETS
 
 #: From ``tvm.rpc.base`` (a test checks they agree).
 RPC_TRACKER_MAGIC = 0x2F271
@@ -37,7 +38,6 @@ TRACKER_SUCCESS = 0
 TRACKER_REQUEST = 4
 TRACKER_SUMMARY = 6
 
-TARGETS = ("llvm", "cuda")
 
 
 class RPCError(LeirError):

@@ -279,11 +279,9 @@ def default_measurer(target: str = "llvm") -> Measurer:
     ``leir.measure`` is not importable or ``LEIR_MEASURE=fallback``."""
     if os.environ.get("LEIR_MEASURE") != "fallback":
         try:
-            import leir.measure  # noqa: F401
+            return engine_measurer(target)
         except ImportError:
             pass
-        else:
-            return engine_measurer(target)
     return FallbackMeasurer(target)
 
 

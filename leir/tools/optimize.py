@@ -62,12 +62,12 @@ from leir.tools.measuring import (  # MIN_GAIN and CONFIRM_ROUNDS: the threshold
 )
 from leir.tools.ranking import Ranked, Ranker, pick, rank
 from leir.semantics import Analysis, analyze
+from leir.bridge.targets import TARGETS
 
 if TYPE_CHECKING:
     from leir.transforms import Step
 
 STRATEGIES = ("greedy", "beam", "mcts")
-TARGETS = ("llvm", "cuda")
 
 #: Measured candidates per round when the budget allows more (greedy, beam).
 MAX_PER_ROUND = 8

@@ -24,6 +24,8 @@ from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
 
+from leir.bridge.targets import TARGETS as BUILD_TARGETS
+
 if TYPE_CHECKING:  # imported lazily: the server must answer initialize fast
     from pygls.lsp.server import LanguageServer
 
@@ -36,7 +38,8 @@ logger = logging.getLogger(__name__)
 #: The ``workspace/configuration`` section the server reads.
 CONFIG_SECTION = "leir"
 
-TARGETS = ("llvm", "cuda", "rpc")
+#: The targets a program is built for, and "rpc": a device behind a TVM RPC tracker.
+TARGETS = (*BUILD_TARGETS, "rpc")
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Callable
 
 from pygls.exceptions import JsonRpcException
 
+from leir.sandbox import exit_text
+
 if TYPE_CHECKING:
     from leir.measure import MeasurementEngine
     from leir.tools.measuring import MeasuredLookup
@@ -338,7 +340,7 @@ class OptimizeRun:
                 if not self._conn.poll(0.1):
                     if not self.process.is_alive() and not self._conn.poll(0):
                         code = self.process.exitcode
-                        self._finish(Failure("crashed", f"the optimize process stopped ({_exit_text(code)})"))
+                        self._finish(Failure("crashed", f"the optimize process stopped ({exit_text(code)})"))
                         return
                     continue
                 try:
@@ -359,7 +361,7 @@ class OptimizeRun:
                     if self.cancelled:
                         break
                     code = self.process.exitcode
-                    self._finish(Failure("crashed", f"the optimize process stopped ({_exit_text(code)})"))
+                    self._finish(Failure("crashed", f"the optimize process stopped ({exit_text(code)})"))
                     return
                 if kind in ("progress", "step"):
                     self._post(message)
@@ -446,16 +448,3 @@ class OptimizeRun:
             else:
                 out.append(timing_json(f.result()))
         return out
-
-
-def _exit_text(code: int | None) -> str:
-    if code is None:
-        return "it did not exit"
-    if code < 0:
-        import signal
-
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit status {code}"

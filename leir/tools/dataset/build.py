@@ -78,6 +78,7 @@ from leir.tools.dataset import records
 from leir.tools.dataset.variants import Variant, load_references, workload_variants
 from leir.errors import LeirError
 from leir.files import write_atomic
+from leir.bridge.targets import TARGETS
 
 SAMPLES = "samples.jsonl"
 PROGRESS = "progress.json"
@@ -139,7 +140,7 @@ class BuildConfig:
             raise DatasetError(f"--explore {self.explore}: a probability, between 0 and 1")
         if self.verify not in ("engine", "full"):
             raise DatasetError(f"--verify {self.verify}: expected engine or full")
-        if self.target not in ("llvm", "cuda"):
+        if self.target not in TARGETS:
             raise DatasetError(f"--target {self.target}: expected llvm or cuda")
 
 

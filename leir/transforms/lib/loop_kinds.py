@@ -16,7 +16,6 @@ from leir.printer import access_text
 from leir.semantics import EquationInfo
 from leir.transforms.base import Context, LoopSite
 
-KIND_NAMES = {"L": "serial", "P": "parallel", "V": "vectorized", "U": "unrolled", "B": "thread-bound"}
 
 #: Most iteration points enumerated to prove that iterations write distinct
 #: elements through a non-affine index (``f//8``, ``f%8`` after a fusion).

@@ -72,7 +72,7 @@ from leir import ast as A
 from leir.semantics import MAX_THREADS_PER_BLOCK, THREAD_AXIS_LIMITS
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import BadStep, Candidate, Context, LoopSite, NotApplicable, Step, loop_arg, str_arg, tvm_loop
-from leir.transforms.lib.loop_kinds import GPU_LANES, KIND_NAMES, concurrency_problem, kind_loops
+from leir.transforms.lib.loop_kinds import GPU_LANES, concurrency_problem, kind_loops
 
 ID = "bind"
 GROUP = "loop"
@@ -164,7 +164,7 @@ def _loop_refusal(ctx: Context, site: LoopSite) -> NotApplicable | None:
     """What does not depend on the axis."""
     loop = site.loop
     if loop.kind != "L":
-        kind = KIND_NAMES[loop.kind]
+        kind = A.KIND_WORDS[loop.kind]
         return LoopNotSerial(f"loop {loop.var} is {kind}",
                              f"only a serial (L) loop is bound to a thread axis; {loop.var} is already {kind}", loop.span)
     if loop.start != 0:
@@ -174,8 +174,8 @@ def _loop_refusal(ctx: Context, site: LoopSite) -> NotApplicable | None:
     inside = [l for l in inside if l.kind == "P"]
     if around or inside:
         other = (around or inside)[0]
-        return InParallel(f"loop {loop.var} is {'inside' if around else 'around'} {KIND_NAMES[other.kind]} loop {other.var}",
-                          f"loop {loop.var} is {'inside' if around else 'around'} the {KIND_NAMES[other.kind]} loop "
+        return InParallel(f"loop {loop.var} is {'inside' if around else 'around'} {A.KIND_WORDS[other.kind]} loop {other.var}",
+                          f"loop {loop.var} is {'inside' if around else 'around'} the {A.KIND_WORDS[other.kind]} loop "
                           f"{other.var}: a GPU kernel cannot {'start inside CPU threads or vectors' if around else 'hold CPU threads'}; "
                           f"make {other.var} serial first", loop.span)
     _, vectors = kind_loops(site, ctx, "V")

@@ -111,7 +111,6 @@ TITLE = "Compute at loop"
 #: closest, operator_fusion, is the nest fusion of ``operator_fusion``.)
 STEPTP = "compute_at"
 
-_KIND = {"L": "serial", "P": "parallel", "V": "vectorized", "U": "unrolled", "B": "thread-bound"}
 
 
 class OutputTensor(NotApplicable):
@@ -276,8 +275,8 @@ def _loop_refusal(ctx: Context, info: EquationInfo, site: LoopSite) -> NotApplic
     for l in path:
         if l.kind in ("P", "B") and not boxes_disjoint(reads, l, path):
             return Race(
-                f"iterations of {_KIND[l.kind]} loop {l.var} would compute the same elements",
-                f"the elements of {tensor} read by different iterations of {_KIND[l.kind]} loop {l.var} overlap, "
+                f"iterations of {A.KIND_WORDS[l.kind]} loop {l.var} would compute the same elements",
+                f"the elements of {tensor} read by different iterations of {A.KIND_WORDS[l.kind]} loop {l.var} overlap, "
                 f"so {name} moved inside it would write them from several iterations at once (a race)", l.span)
     return None
 

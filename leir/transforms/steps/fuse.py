@@ -90,7 +90,6 @@ class ExtentTooLarge(NotApplicable):
     code = "fuse-extent-too-large"
 
 
-_KIND_NAME = {"P": "parallel", "V": "vectorized", "U": "unrolled", "B": "thread-bound"}
 
 
 def candidates(ctx: Context, at: int | None) -> list[Candidate]:
@@ -111,7 +110,7 @@ def _refusal(ctx: Context, outer: LoopSite, inner: LoopSite) -> NotApplicable | 
     a, b = outer.loop, inner.loop
     for loop in (a, b):
         if loop.kind != "L":
-            kind = _KIND_NAME[loop.kind]
+            kind = A.KIND_WORDS[loop.kind]
             return LoopNotSerial(
                 f"loop {loop.var} is {kind}",
                 f"only serial (L) loops are fused: TVM's fuse drops the {kind} annotation of {loop.var}; "

@@ -287,7 +287,7 @@ def _site_of(ctx: Context, nest: A.Nest, position: int) -> LoopSite | None:
 
 
 def _header(loop: A.Loop) -> str:
-    kind = {"L": "serial", "P": "parallel", "V": "vectorized", "U": "unrolled", "B": "thread-bound"}[loop.kind]
+    kind = A.KIND_WORDS[loop.kind]
     start = f" from {loop.start}" if loop.start else ""
     return f"{kind} with {loop.extent} iterations{start}"
 

@@ -74,9 +74,10 @@ Example: not when one iteration reads what another writes
 
 from __future__ import annotations
 
+from leir import ast as A
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, loop_arg, tvm_loop
-from leir.transforms.lib.loop_kinds import KIND_NAMES, concurrency_problem, kind_loops
+from leir.transforms.lib.loop_kinds import concurrency_problem, kind_loops
 
 ID = "parallelize"
 GROUP = "loop"
@@ -135,7 +136,7 @@ _PROBLEMS = {"reduction-axis": ReductionAxis, "not-compact-dataflow": NotCompact
 def _refusal(ctx: Context, site: LoopSite) -> NotApplicable | None:
     loop = site.loop
     if loop.kind != "L":
-        kind = KIND_NAMES[loop.kind]
+        kind = A.KIND_WORDS[loop.kind]
         return LoopNotSerial(f"loop {loop.var} is {kind}",
                              f"only a serial (L) loop is parallelized; {loop.var} is already {kind}", loop.span)
     if loop.extent < 2:

@@ -109,7 +109,6 @@ TITLE = "Compute at a producer's loop"
 #: Step-TP has no strategy for this; TVM's primitive names it.
 STEPTP = "reverse_compute_at"
 
-_KIND = {"P": "parallel", "B": "thread-bound"}
 
 
 class NotComplete(NotApplicable):
@@ -291,8 +290,8 @@ def _loop_refusal(ctx: Context, info: EquationInfo, site: LoopSite) -> NotApplic
     for l in path:
         if l.kind in ("P", "B") and not _own_elements(ctx, info, producers, l, path):
             return Race(
-                f"iterations of {_KIND[l.kind]} loop {l.var} would write the same elements of {eq.lhs.tensor}",
-                f"inside {_KIND[l.kind]} loop {l.var}, each iteration would compute {name} for the elements it "
+                f"iterations of {A.KIND_WORDS[l.kind]} loop {l.var} would write the same elements of {eq.lhs.tensor}",
+                f"inside {A.KIND_WORDS[l.kind]} loop {l.var}, each iteration would compute {name} for the elements it "
                 f"reads, which overlap between iterations or do not set which element of {eq.lhs.tensor} is "
                 f"written (a race)", l.span)
     return None

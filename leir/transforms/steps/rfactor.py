@@ -85,7 +85,7 @@ from leir.printer import access_text, print_expr
 from leir.semantics import EquationInfo
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, int_arg, loop_arg, tvm_loop
-from leir.transforms.lib.loop_kinds import KIND_NAMES
+
 from leir.transforms.lib.reductions import reduction_block_refusal
 
 ID = "rfactor"
@@ -282,7 +282,7 @@ def _refusal(ctx: Context, site: LoopSite, info: EquationInfo) -> NotApplicable 
                                 f"loop {loop.var} indexes {access_text(eq.lhs)}, so it is not one of the loops the "
                                 f"reduction accumulates over ({', '.join(info.reduce_axes) or 'none'})", loop.span)
     if loop.kind != "L":
-        kind = KIND_NAMES[loop.kind]
+        kind = A.KIND_WORDS[loop.kind]
         return LoopNotSerial(f"loop {loop.var} is {kind}",
                              f"only a serial (L) loop is factored; {loop.var} is {kind}", loop.span)
     if loop.extent < 2:

@@ -44,6 +44,7 @@ Example: an imperfect split adds a guard
 
 from __future__ import annotations
 
+from leir import ast as A
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import (
     BadStep,
@@ -112,7 +113,7 @@ def candidates(ctx: Context, at: int | None) -> list[Candidate]:
 def _refusal(site: LoopSite) -> NotApplicable | None:
     loop = site.loop
     if loop.kind != "L":
-        kind = {"P": "parallel", "V": "vectorized", "U": "unrolled", "B": "thread-bound"}[loop.kind]
+        kind = A.KIND_WORDS[loop.kind]
         return LoopNotSerial(
             f"loop {loop.var} is {kind}",
             f"only a serial (L) loop is split: TVM's split drops the {kind} annotation of {loop.var}; "

@@ -76,6 +76,7 @@ Example: a parallel loop is tiled before it is annotated
 
 from __future__ import annotations
 
+from leir import ast as A
 from leir.transforms.applying import apply_transform
 from leir.transforms.base import (
     BadStep,
@@ -144,7 +145,6 @@ class DependenceReversed(NotApplicable):
     code = "tile-dependence"
 
 
-_KIND_NAME = {"P": "parallel", "V": "vectorized", "U": "unrolled", "B": "thread-bound"}
 
 
 def loop_sizes(extent: int) -> list[tuple[int, bool]]:
@@ -197,7 +197,7 @@ def _refusal(ctx: Context, outer: LoopSite, inner: LoopSite) -> NotApplicable | 
         return refusal
     for loop in (outer.loop, inner.loop):
         if loop.kind != "L":
-            kind = _KIND_NAME[loop.kind]
+            kind = A.KIND_WORDS[loop.kind]
             return LoopNotSerial(
                 f"loop {loop.var} is {kind}",
                 f"only serial (L) loops are tiled: TVM's split drops the {kind} annotation of {loop.var}; "

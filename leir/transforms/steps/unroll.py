@@ -66,9 +66,10 @@ Example: too long to unroll
 
 from __future__ import annotations
 
+from leir import ast as A
 from leir.transforms.lib import kind_change as K
 from leir.transforms.base import Context, LoopSite, NotApplicable
-from leir.transforms.lib.loop_kinds import KIND_NAMES
+
 
 ID = "unroll"
 GROUP = "loop"
@@ -111,7 +112,7 @@ def instances(ctx: Context, site: LoopSite) -> int:
 def _refusal(ctx: Context, site: LoopSite) -> NotApplicable | None:
     loop = site.loop
     if loop.kind != "L":
-        kind = KIND_NAMES[loop.kind]
+        kind = A.KIND_WORDS[loop.kind]
         return LoopNotSerial(f"loop {loop.var} is {kind}",
                              f"only a serial (L) loop is unrolled: unrolling {loop.var} would drop its {kind} "
                              f"annotation", loop.span)

@@ -71,7 +71,7 @@ from __future__ import annotations
 from leir import ast as A
 from leir.transforms.lib import kind_change as K
 from leir.transforms.base import Context, LoopSite, NotApplicable
-from leir.transforms.lib.loop_kinds import GPU_LANES, KIND_NAMES, concurrency_problem, kind_loops
+from leir.transforms.lib.loop_kinds import GPU_LANES, concurrency_problem, kind_loops
 
 ID = "vectorize"
 GROUP = "loop"
@@ -123,7 +123,7 @@ _PROBLEMS = {"reduction-axis": ReductionAxis, "not-compact-dataflow": NotCompact
 def _refusal(ctx: Context, site: LoopSite) -> NotApplicable | None:
     loop = site.loop
     if loop.kind != "L":
-        kind = KIND_NAMES[loop.kind]
+        kind = A.KIND_WORDS[loop.kind]
         return LoopNotSerial(f"loop {loop.var} is {kind}",
                              f"only a serial (L) loop is vectorized; {loop.var} is already {kind}", loop.span)
     _, inside = kind_loops(site, ctx, "LPVUB")
