@@ -27,3 +27,21 @@ def scale(A: T.Buffer((64, 32), "float32"), B: T.Buffer((64, 32), "float32")):
             T.writes(B[vi, vj])
             B[vi, vj] = A[vi, vj] * T.float32(2.0)
 '''
+
+#: A softmax in three nests (max, sum of exponentials, normalise), 16 x 10.
+SOFTMAX = """\
+L^{16}_{i}
+  L^{10}_{j} [
+    M_{i} = max(M_{i}, X_{i,j});
+  ];
+
+L^{16}_{i}
+  L^{10}_{j} [
+    Z_{i} += exp(X_{i,j} - M_{i});
+  ];
+
+L^{16}_{i}
+  L^{10}_{j} [
+    Y_{i,j} = exp(X_{i,j} - M_{i})/Z_{i};
+  ];
+"""

@@ -1,7 +1,10 @@
 """The layers as a contract (``[tool.importlinter]`` in pyproject.toml):
 ``leir`` imports neither the server nor the models, the models do not import
-the server, the language core imports no tool, the steps' shared library
-and machinery import no step, and no step of the catalogue imports another; and no import cycle anywhere, imports inside functions
+the server, the language core (the modules at the top of ``leir/``) imports
+none of leir's sub-packages, the sub-packages are layers (tools, explain,
+measure, transforms, bridge: each imports only those below it), the steps'
+shared library and machinery import no step, and no step of the catalogue
+imports another; and no import cycle anywhere, imports inside functions
 included (they are cycles all the same, only hidden)."""
 
 from __future__ import annotations
@@ -124,3 +127,13 @@ def test_each_forbidden_contract_names_packages_that_exist(contract):
     c = _contracts()[contract]
     for name in [*c["source_modules"], *c["forbidden_modules"]]:
         importlib.import_module(name)
+
+
+def test_every_module_of_leir_is_in_the_core_or_a_layer():
+    leir = REPO / "leir"
+    tops = {f"leir.{p.stem}" for p in leir.glob("*.py")} - {"leir.__init__"}
+    packages = {f"leir.{p.name}" for p in leir.iterdir() if (p / "__init__.py").exists()}
+    core, layers = set(_contracts()["core"]["source_modules"]), set(_contracts()["layers"]["layers"])
+    assert core | layers == tops | packages and not core & layers
+    assert tops <= core, "a module at the top of leir/ is part of the core"
+    assert set(_contracts()["core"]["forbidden_modules"]) == layers

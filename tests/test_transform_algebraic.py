@@ -6,7 +6,6 @@ applied and verified numerically."""
 from __future__ import annotations
 
 import random
-import time
 from pathlib import Path
 
 import pytest

@@ -10,8 +10,8 @@ import pytest
 from leir.bridge.document import load_leir
 from leir.transforms import BadStep, apply
 from leir.transforms.steps import bind
-from leir.transforms.base import Context, Step
-from leir.transforms.testing import check_action, check_not_applicable
+from leir.transforms.base import Step
+from leir.transforms.testing import check_action, check_not_applicable, offered_args
 
 MATMUL = """\
 L^{64}_{i}
@@ -23,9 +23,7 @@ L^{64}_{i}
 
 
 def offered(text: str) -> set[tuple[str, str]]:
-    doc = load_leir(text)
-    assert doc.ok
-    return {(c.step.args["loop"], c.step.args["axis"]) for c in bind.candidates(Context(doc.analysis), None)}
+    return {(a["loop"], a["axis"]) for a in offered_args(bind, text)}
 
 
 @pytest.mark.slow

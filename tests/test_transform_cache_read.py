@@ -7,7 +7,7 @@ import pytest
 from leir.bridge.document import load_leir
 from leir.transforms import BadStep, StaleStep, apply
 from leir.transforms.steps import cache_read
-from leir.transforms.base import Context, Step
+from leir.transforms.base import Step
 from leir.transforms.steps.cache_read import (
     NotRead,
     OwnOutput,
@@ -16,7 +16,7 @@ from leir.transforms.steps.cache_read import (
     UnboundedCopy,
     WrongScope,
 )
-from leir.transforms.testing import check_action, check_not_applicable
+from leir.transforms.testing import check_action, check_not_applicable, offered_args
 
 SOFTMAX = """\
 L^{16}_{i}
@@ -45,9 +45,7 @@ B^{4}_{bx}
 
 
 def offered(text: str) -> list[dict]:
-    at = text.find("$0")
-    doc = load_leir(text.replace("$0", ""))
-    return [c.step.args for c in cache_read.candidates(Context(doc.analysis), at if at >= 0 else None)]
+    return offered_args(cache_read, text)
 
 
 def test_the_access_under_the_cursor_selects_the_tensor():

@@ -16,7 +16,7 @@ from leir.transforms.steps.cache_write import (
     WrongScope,
     written_box,
 )
-from leir.transforms.testing import check_action, check_not_applicable
+from leir.transforms.testing import check_action, check_not_applicable, offered_args
 
 SOFTMAX = """\
 L^{16}_{i}
@@ -37,9 +37,7 @@ L^{16}_{i}
 
 
 def offered(text: str) -> list[dict]:
-    at = text.find("$0")
-    doc = load_leir(text.replace("$0", ""))
-    return [c.step.args for c in cache_write.candidates(Context(doc.analysis), at if at >= 0 else None)]
+    return offered_args(cache_write, text)
 
 
 def box(text: str, block: str):

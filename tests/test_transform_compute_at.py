@@ -24,27 +24,13 @@ from leir.transforms.steps.compute_at import (
     VectorLoop,
 )
 from leir.transforms.testing import check_action, check_not_applicable, check_offered_exactly_when_check_passes
+
+from programs import SOFTMAX
 from producer_consumer import (
     HALO, SPLIT_PRODUCER, check_steps_verify, context, every_block_and_loop,
     programs, step, two_of,
 )
 
-SOFTMAX = """\
-L^{16}_{i}
-  L^{10}_{j} [
-    M_{i} = max(M_{i}, X_{i,j});
-  ];
-
-L^{16}_{i}
-  L^{10}_{j} [
-    Z_{i} += exp(X_{i,j} - M_{i});
-  ];
-
-L^{16}_{i}
-  L^{10}_{j} [
-    Y_{i,j} = exp(X_{i,j} - M_{i})/Z_{i};
-  ];
-"""
 
 #: One thread per element, the temporary in registers.
 GPU_LOCAL = """\

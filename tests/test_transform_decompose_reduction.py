@@ -9,8 +9,7 @@ import pytest
 from leir.bridge.document import load_leir
 from leir.semantics import analyze
 from leir.transforms.steps import decompose_reduction
-from leir.transforms.base import Context
-from leir.transforms.testing import check_action, check_not_applicable
+from leir.transforms.testing import check_action, check_not_applicable, offered_args
 
 MATMUL = """\
 L^{16}_{i}
@@ -22,9 +21,7 @@ L^{16}_{i}
 
 
 def offered(text: str) -> list[dict]:
-    doc = load_leir(text)
-    assert doc.ok
-    return [c.step.args for c in decompose_reduction.candidates(Context(doc.analysis), None)]
+    return offered_args(decompose_reduction, text)
 
 
 @pytest.mark.slow

@@ -14,9 +14,9 @@ from leir.printer import print_program
 from leir.semantics import analyze
 from leir.transforms import NotApplicable, Step, apply, verify
 from leir.transforms.lib import loop_pairs
-from leir.transforms.steps import fuse, reorder
+from leir.transforms.steps import fuse
 from leir.transforms.base import Context
-from leir.transforms.testing import check_action, check_not_applicable
+from leir.transforms.testing import check_action, check_not_applicable, check_offered_exactly_when_check_passes
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.leir"))
 #: Steps applied and verified per example; every one on programs offering
@@ -258,16 +258,9 @@ L^{65536}_{i}$0
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_fuse_offered_exactly_when_check_passes(path):
     ctx = context(path.read_text())
-    offered_steps = {c.step for c in fuse.candidates(ctx, None)}
-    for site in ctx.loop_sites:
-        for child in loop_pairs.child_loops(ctx, site):
-            args = {"block": ctx.block_names[child.equations[0]], "loops": [site.loop.var, child.loop.var]}
-            try:
-                fuse.check(ctx, args)
-                passes = True
-            except NotApplicable:
-                passes = False
-            assert passes == (Step(fuse.ID, args) in offered_steps), (path.stem, args)
+    every = [{"block": ctx.block_names[child.equations[0]], "loops": [site.loop.var, child.loop.var]}
+             for site in ctx.loop_sites for child in loop_pairs.child_loops(ctx, site)]
+    check_offered_exactly_when_check_passes(fuse, ctx, every, NotApplicable)
 
 
 @pytest.mark.slow

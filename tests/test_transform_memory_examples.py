@@ -6,7 +6,6 @@ computes what the program computed (sampled with a fixed seed)."""
 from __future__ import annotations
 
 import random
-import time
 from pathlib import Path
 
 import pytest

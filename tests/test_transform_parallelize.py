@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from leir.bridge.document import load_leir
 from leir.transforms.steps import parallelize
-from leir.transforms.base import Context
-from leir.transforms.testing import check_action, check_not_applicable
+from leir.transforms.testing import check_action, check_not_applicable, offered_args
 
 ROWS = """\
 L^{16}_{i}$0
@@ -20,9 +18,7 @@ L^{16}_{i}$0
 
 
 def offered(text: str) -> set[tuple[str, str]]:
-    doc = load_leir(text)
-    assert doc.ok
-    return {(c.step.args["block"], c.step.args["loop"]) for c in parallelize.candidates(Context(doc.analysis), None)}
+    return {(a["block"], a["loop"]) for a in offered_args(parallelize, text)}
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from leir.transforms import NotApplicable, Step, apply, verify
 from leir.transforms.lib import loop_pairs
 from leir.transforms.steps import reorder
 from leir.transforms.base import Context
-from leir.transforms.testing import check_action, check_not_applicable
+from leir.transforms.testing import check_action, check_not_applicable, check_offered_exactly_when_check_passes, offered_args
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.leir"))
 #: Steps applied and verified per example; every one on programs offering
@@ -30,7 +30,7 @@ def context(text: str) -> Context:
 
 
 def offered(text: str) -> list[tuple[str, ...]]:
-    return [(c.step.args["block"], *c.step.args["loops"]) for c in reorder.candidates(context(text), None)]
+    return [(a["block"], *a["loops"]) for a in offered_args(reorder, text)]
 
 
 # ----------------------------------------------------------------- actions
@@ -370,16 +370,9 @@ def test_reorder_bad_and_stale_steps():
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_reorder_offered_exactly_when_check_passes(path):
     ctx = context(path.read_text())
-    offered_steps = {c.step for c in reorder.candidates(ctx, None)}
-    for site in ctx.loop_sites:
-        for child in loop_pairs.child_loops(ctx, site):
-            args = {"block": ctx.block_names[child.equations[0]], "loops": [site.loop.var, child.loop.var]}
-            try:
-                reorder.check(ctx, args)
-                passes = True
-            except NotApplicable:
-                passes = False
-            assert passes == (Step(reorder.ID, args) in offered_steps), (path.stem, args)
+    every = [{"block": ctx.block_names[child.equations[0]], "loops": [site.loop.var, child.loop.var]}
+             for site in ctx.loop_sites for child in loop_pairs.child_loops(ctx, site)]
+    check_offered_exactly_when_check_passes(reorder, ctx, every, NotApplicable)
 
 
 @pytest.mark.slow

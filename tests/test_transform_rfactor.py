@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from leir.bridge.document import load_leir
 from leir.transforms.steps import rfactor
-from leir.transforms.base import Context
-from leir.transforms.testing import check_action, check_not_applicable
+from leir.transforms.testing import check_action, check_not_applicable, offered_args
 
 SUM = """\
 L^{16}_{i}
@@ -20,9 +18,7 @@ L^{16}_{i}
 
 
 def offered(text: str) -> list[dict]:
-    doc = load_leir(text)
-    assert doc.ok
-    return [c.step.args for c in rfactor.candidates(Context(doc.analysis), None)]
+    return offered_args(rfactor, text)
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from leir.transforms.steps.set_scope import (
     SameScope,
     SharedWithoutThreads,
 )
-from leir.transforms.testing import check_action, check_not_applicable
+from leir.transforms.testing import check_action, check_not_applicable, offered_args
 
 ROWS = """\
 L^{16}_{i}
@@ -59,9 +59,7 @@ B^{4}_{bx}
 
 
 def offered(text: str) -> list[dict]:
-    at = text.find("$0")
-    doc = load_leir(text.replace("$0", ""))
-    return [c.step.args for c in set_scope.candidates(Context(doc.analysis), at if at >= 0 else None)]
+    return offered_args(set_scope, text)
 
 
 def test_a_cpu_temporary_can_be_local_not_shared():

@@ -14,7 +14,7 @@ from leir.bridge.document import load_leir
 from leir.semantics import analyze
 from leir.transforms import NotApplicable, apply, verify
 from leir.transforms.lib import loop_pairs
-from leir.transforms.steps import reorder, tile
+from leir.transforms.steps import tile
 from leir.transforms.base import Context
 from leir.transforms.testing import check_action, check_not_applicable
 

@@ -10,7 +10,7 @@ from leir.bridge.document import load_leir
 from leir.transforms import BadStep, StaleStep, apply
 from leir.transforms.steps import transform_layout
 from leir.transforms.base import Context, Step
-from leir.transforms.testing import check_action, check_not_applicable
+from leir.transforms.testing import check_action, check_not_applicable, offered_args
 from leir.transforms.steps.transform_layout import BadTile, NotTemporary, RankTooLow
 
 GEMM_RELU = """\
@@ -28,9 +28,7 @@ L^{16}_{i}
 
 
 def offered(text: str) -> list[dict]:
-    at = text.find("$0")
-    doc = load_leir(text.replace("$0", ""))
-    return [c.step.args for c in transform_layout.candidates(Context(doc.analysis), at if at >= 0 else None)]
+    return offered_args(transform_layout, text)
 
 
 def test_a_transpose_and_the_tiles_that_divide_both_dimensions():

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from leir.bridge.document import load_leir
 from leir.transforms.steps import vectorize
-from leir.transforms.base import Context
-from leir.transforms.testing import check_action, check_not_applicable
+from leir.transforms.testing import check_action, check_not_applicable, offered_args
 
 ROW = """\
 L^{16}_{i}
@@ -19,9 +17,7 @@ L^{16}_{i}
 
 
 def offered(text: str) -> set[str]:
-    doc = load_leir(text)
-    assert doc.ok
-    return {c.step.args["loop"] for c in vectorize.candidates(Context(doc.analysis), None)}
+    return {a["loop"] for a in offered_args(vectorize, text)}
 
 
 @pytest.mark.slow

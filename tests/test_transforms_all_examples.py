@@ -123,4 +123,5 @@ def test_loop_and_memory_steps_apply_and_verify(path):
         result = T.verify(before, analyze(after))
         if not result.ok:
             failures.append(f"{step}: verification failed: {result.summary()}")
+    assert tried, f"no loop or memory step is offered on {path.stem}"
     assert not failures, f"{len(failures)} of {tried} steps on {path.stem} failed:\n" + "\n".join(failures)

@@ -249,13 +249,8 @@ class EngineMeasurer:
 
     def record(self, before, step, after, namespace: str) -> None:
         """Remember that the verified ``step`` took ``before`` to ``after``."""
-        measured = self.measured
-        outcomes = measured.outcomes if measured is not None else None
-        if outcomes is not None:
-            try:
-                outcomes.record(before, step, after, namespace)
-            except LeirError as e:
-                logger.warning("%s", e)
+        if self.measured is not None:
+            self.measured.record(before, step, after, namespace)
 
     def submit(self, analysis, label: str) -> Future:
         """A ``Future`` of ``analysis``'s ``Measurement`` (cache first)."""
@@ -375,6 +370,16 @@ class MeasuredLookup:
     cache: "MeasurementCache"
     outcomes: StepOutcomes | None = None
     _memo: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def record(self, before: Analysis, step: "Step", after: Analysis, namespace: str) -> None:
+        """Remember in ``outcomes`` (when there are any) that the verified
+        ``step`` took ``before`` to ``after``; a failure to write is logged,
+        never raised (what is known is a cache)."""
+        if self.outcomes is not None:
+            try:
+                self.outcomes.record(before, step, after, namespace)
+            except LeirError as e:
+                logger.warning("%s", e)
 
     @classmethod
     def for_target(cls, target: str = "llvm", cache: "MeasurementCache | None" = None,

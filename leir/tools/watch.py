@@ -596,15 +596,9 @@ class Watcher:
         from leir.transforms import step_from_json
 
         step = step_from_json(s.step)
-        if self._measurer is not None:
-            self._measurer.record(kernel.analysis, step, after, kernel.namespace)
-        else:
-            lookup = self._measured_lookup()
-            if lookup is not None and lookup.outcomes is not None:
-                try:
-                    lookup.outcomes.record(kernel.analysis, step, after, kernel.namespace)
-                except LeirError as e:
-                    logger.warning("%s", e)
+        recorder = self._measurer if self._measurer is not None else self._measured_lookup()
+        if recorder is not None:
+            recorder.record(kernel.analysis, step, after, kernel.namespace)
 
     def _set(self, rel: str, generation: int, target: Row | NextStep, **values) -> bool:
         with self._lock:

@@ -15,7 +15,7 @@ from leir.bridge.document import load_leir
 from leir.printer import print_program
 from leir.semantics import analyze
 from leir.transforms import apply, verify
-from leir.transforms.base import Context, Step, TransformError
+from leir.transforms.base import Context, NotApplicable, Step, TransformError
 from leir.transforms.examples import CURSOR
 
 
@@ -25,6 +25,13 @@ def _load(text_with_cursor: str):
     doc = load_leir(text)
     assert doc.ok, [f"{doc.source.format_location(d.span)} {d.message}" for d in doc.diagnostics if d.is_error]
     return doc, (at if at >= 0 else None)
+
+
+def offered_args(module: ModuleType, text_with_cursor: str) -> list[dict]:
+    """The arguments of the steps ``module`` offers on a program without
+    errors, at its ``$0`` cursor (everywhere when it has none)."""
+    doc, at = _load(text_with_cursor)
+    return [c.step.args for c in module.candidates(Context(doc.analysis), at)]
 
 
 def check_action(module: ModuleType, before: str, after: str, args: dict | None = None,
@@ -68,7 +75,11 @@ def check_not_applicable(module: ModuleType, before: str, error: type[TransformE
             assert e.code == error, f"expected error {error}, got {e.code}: {e}"
         else:
             assert isinstance(e, error), f"expected {error.__name__}, got {type(e).__name__}: {e}"
-        assert e.short and e.detail
+        assert e.short, f"{e.code}: no message"
+        if isinstance(e, NotApplicable):
+            # ``detail`` falls back to ``short``, so a refusal that gave none
+            # would pass a check that ``detail`` is there.
+            assert e.detail != e.short, f"{e.code}: the refusal says what ({e.short!r}) but not why"
         return e
     raise AssertionError(f"{module.ID} {args} was applied")
 

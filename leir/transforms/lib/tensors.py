@@ -40,8 +40,8 @@ def scope_refusal(ctx: Context, scope: str, error: type[NotApplicable], what: st
     if is_gpu_program(ctx):
         if scope == "g":
             return error(f"a global {what} gains nothing on a GPU",
-                         f"this program runs on a GPU (it has B loops): a copy in global memory is as far away as the "
-                         f"original; stage it in shared (s) or local (l) memory instead", span)
+                         "this program runs on a GPU (it has B loops): a copy in global memory is as far away as the "
+                         "original; stage it in shared (s) or local (l) memory instead", span)
         return None
     if scope == "s":
         return error("shared memory needs thread-bound loops",

@@ -179,7 +179,9 @@ def _refusal(ctx: Context, name: str, scope: str) -> NotApplicable | None:
         return refusal
     t = ctx.analysis.tensors[name]
     if t.scope == scope:
-        return SameScope(f"{name} is already in {SCOPES[scope]} memory", span=t.span)
+        return SameScope(f"{name} is already in {SCOPES[scope]} memory",
+                         f"{name} is already in {SCOPES[scope]} memory: putting it there again would change nothing",
+                         t.span)
     gpu = is_gpu_program(ctx)
     if scope == "s" and not gpu:
         return SharedWithoutThreads(

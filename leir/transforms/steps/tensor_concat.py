@@ -343,7 +343,7 @@ def _order_refusal(ctx, site, first) -> NotApplicable | None:
     for t in touches(first):
         if t.access.tensor == first.equation.lhs.tensor and not t.is_write and t.access.indices != first.equation.lhs.indices:
             return OrderMatters(f"{ctx.block_names[first.index]} reads another element of {t.access.tensor}",
-                                f"merging would interleave the two ranges, which read each other's writes", t.access.span)
+                                "merging would interleave the two ranges, which read each other's writes", t.access.span)
     if loop.var not in first.spatial and first.combiner is None:
         before = [l for l in site.nest.loops[:site.position] if l.var in first.reduce_axes and l.extent > 1]
         if before:
@@ -382,11 +382,11 @@ def _tensor_refusal(ctx, site, first, second, renamed: A.Equation) -> tuple[dict
         return refuse(f"{loop.var} is a reduction loop of {name}",
                       f"outputs are concatenated along a loop that indexes them; {loop.var} does not index {a}")
     if loop.start != 0:
-        return refuse(f"loop {loop.var} does not start at 0", f"concatenation needs a loop starting at 0")
+        return refuse(f"loop {loop.var} does not start at 0", "concatenation needs a loop starting at 0")
     if any(l.kind == "B" for l in first.loops):
         return refuse(f"{name} runs on GPU threads",
-                      f"the concatenating and splitting copies would be serial loops outside the kernel, "
-                      f"on the host, which cannot write device memory")
+                      "the concatenating and splitting copies would be serial loops outside the kernel, "
+                      "on the host, which cannot write device memory")
     for x, y in [(a, b)] + [(p, q) for p, q in tensors.items() if p != q and p != a]:
         if (info[x].dtype, info[x].shape) != (info[y].dtype, info[y].shape):
             return refuse(f"{x} and {y} differ in shape or dtype",
