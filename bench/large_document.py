@@ -17,7 +17,7 @@ with the load average before and after:
   **code lenses**, **document symbols**, **semantic tokens**, **folding
   ranges**: median and worst time to the answer, and how many answered
   with an error (a request past its budget answers RequestFailed, or, for
-  hover, with what it has; ``leir_server.requests``).
+  hover, with what it has; ``leir_server.schedule``).
 """
 
 from __future__ import annotations

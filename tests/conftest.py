@@ -25,7 +25,7 @@ def workers(tmp_path, monkeypatch):
     """A server's job pool and measurement engine (``leir_server.workers``)
     with the default settings, its cache in a temporary directory; closed
     after the test."""
-    from leir_server.session import Settings
+    from leir_server.session.settings import Settings
     from leir_server.workers import Workers
 
     monkeypatch.setenv("LEIR_CACHE_DIR", str(tmp_path))

@@ -172,15 +172,16 @@ def exercise(server, text: str, language: str, offsets: list[int], uri: str | No
     from pygls.exceptions import JsonRpcException
 
     from leir import cancel
-    from leir_server import diagnostics, suggestions, text_document_code_action as code_action
-    from leir_server import text_document_code_lens as code_lens
-    from leir_server import text_document_document_symbol as symbol
-    from leir_server import text_document_folding_range as folding
-    from leir_server import text_document_formatting as formatting
-    from leir_server import text_document_hover as hover
-    from leir_server import text_document_semantic_tokens_full as semantic
-    from leir_server.requests import BUDGET_S
-    from leir_server.session import DocumentSnapshot
+    from leir_server import diagnostics, suggestions
+    from leir_server.api.requests import text_document_code_action as code_action
+    from leir_server.api.requests import text_document_code_lens as code_lens
+    from leir_server.api.requests import text_document_document_symbol as symbol
+    from leir_server.api.requests import text_document_folding_range as folding
+    from leir_server.api.requests import text_document_formatting as formatting
+    from leir_server.api.requests import text_document_hover as hover
+    from leir_server.api.requests import text_document_semantic_tokens_full as semantic
+    from leir_server.schedule import BUDGET_S
+    from leir_server.session.snapshot import DocumentSnapshot
 
     uri = uri or ("file:///fuzz/doc.leir" if language == "leir" else "file:///fuzz/doc.py")
     snapshot = DocumentSnapshot(uri, 1, text, language)
@@ -188,7 +189,7 @@ def exercise(server, text: str, language: str, offsets: list[int], uri: str | No
     counts = {"refused": 0, "over budget": 0}
 
     def call(what, function, *args):
-        # Under the budget the server gives the request (leir_server.requests).
+        # Under the budget the server gives the request (leir_server.schedule).
         budget = BUDGET_S.get(what, 10.0) * budget_scale
         try:
             with cancel.running(cancel.Token(deadline=time.monotonic() + budget)):

@@ -23,6 +23,7 @@ import os
 import random
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
@@ -32,9 +33,9 @@ from hypothesis import strategies as st
 import docfuzz
 from leir import cancel, limits
 from leir.bridge.document import load_leir
-from leir_server import requests
+from leir_server import schedule
 from leir_server.server import build_server
-from leir_server.session import DocumentSnapshot
+from leir_server.session.snapshot import DocumentSnapshot
 
 BASES = docfuzz.examples()
 
@@ -222,39 +223,45 @@ def test_a_newer_version_stops_the_parse_of_an_older_one():
     snapshot = DocumentSnapshot("file:///fuzz/big.leir", 1, _big_text(), "leir", overtaken=overtaken.is_set)
     threading.Timer(0.05, overtaken.set).start()
     started = time.monotonic()
-    with pytest.raises(requests.Stopped) as stopped:
+    with pytest.raises(schedule.Stopped) as stopped:
         snapshot.leir
-    assert stopped.value.code == requests.CONTENT_MODIFIED
+    assert stopped.value.code == schedule.CONTENT_MODIFIED
     assert time.monotonic() - started < 30  # a hang guard: the full parse takes seconds
 
 
 def test_a_request_answers_content_modified_when_overtaken_and_cancelled_when_cancelled():
+    threads = ThreadPoolExecutor(max_workers=schedule.THREADS)  # what a session's request_threads are
+
     async def scenario():
         overtaken = threading.Event()
         snapshot = DocumentSnapshot("file:///fuzz/a.leir", 1, "", "leir", overtaken=overtaken.is_set)
-        task = asyncio.ensure_future(requests.off_loop(snapshot, _slow, 30, budget_s=60, what="x"))
+        task = asyncio.ensure_future(schedule.off_loop(snapshot, _slow, 30, budget_s=60, what="x", threads=threads))
         await asyncio.sleep(0.05)
         overtaken.set()
-        with pytest.raises(requests.Stopped) as stopped:
+        with pytest.raises(schedule.Stopped) as stopped:
             await task
-        assert stopped.value.code == requests.CONTENT_MODIFIED
+        assert stopped.value.code == schedule.CONTENT_MODIFIED
 
         fresh = DocumentSnapshot("file:///fuzz/a.leir", 2, "", "leir")
-        task = asyncio.ensure_future(requests.off_loop(fresh, _slow, 30, budget_s=60, what="x"))
+        task = asyncio.ensure_future(schedule.off_loop(fresh, _slow, 30, budget_s=60, what="x", threads=threads))
         await asyncio.sleep(0.05)
         task.cancel()  # what pygls does on $/cancelRequest
         with pytest.raises(asyncio.CancelledError):
             await task
 
-        with pytest.raises(requests.Stopped) as stopped:
-            await requests.off_loop(fresh, _slow, 30, budget_s=0.05, what="the thing")
-        assert stopped.value.code == requests.REQUEST_FAILED
+        with pytest.raises(schedule.Stopped) as stopped:
+            await schedule.off_loop(fresh, _slow, 30, budget_s=0.05, what="the thing", threads=threads)
+        assert stopped.value.code == schedule.REQUEST_FAILED
         assert "the thing took longer than 0.05 s" in stopped.value.message
-        assert await requests.off_loop(fresh, _slow, 30, budget_s=0.05, what="x", on_budget=lambda: "partial") \
+        assert await schedule.off_loop(fresh, _slow, 30, budget_s=0.05, what="x", on_budget=lambda: "partial",
+                                      threads=threads) \
             == "partial"
-        assert await requests.off_loop(fresh, _slow, 0.01, budget_s=10, what="x") == "done"
+        assert await schedule.off_loop(fresh, _slow, 0.01, budget_s=10, what="x", threads=threads) == "done"
 
-    asyncio.run(scenario())
+    try:
+        asyncio.run(scenario())
+    finally:
+        threads.shutdown(wait=False, cancel_futures=True)
 
 
 def test_a_waiting_request_gives_up_while_another_thread_parses():

@@ -16,6 +16,7 @@ from leir.printer import print_program
 from leir.tools.measuring import StepOutcomes, program_digest, tvmscript_namespace
 from leir.transforms import Step
 from leir.transforms.verify import Verification
+from leir.tools import optimize_messages as messages
 from programs import SPLIT_I, TRANSPOSE
 
 pytestmark = pytest.mark.slow  # applying a step builds and runs both programs
@@ -117,14 +118,14 @@ def _parent(conn, start_text: str, log: list, cancel_after: int | None = None):
     while True:
         message = conn.recv()
         log.append(message)
-        if message[0] == "measure":
+        if isinstance(message, messages.MeasureRequest):
             asked += 1
             if cancel_after is not None and asked > cancel_after:
-                conn.send(("cancel",))
+                conn.send(messages.Cancel())
                 continue
-            conn.send(("timings", [(10.0 if program_digest(load_leir(t).analysis) == start else 5.0, None, False)
-                                   for t in message[1]]))
-        elif message[0] in ("done", "failed"):
+            conn.send(messages.Timings([(10.0 if program_digest(load_leir(t).analysis) == start else 5.0, None, False)
+                                        for t in message.programs]))
+        elif isinstance(message, (messages.Done, messages.Failed)):
             return
 
 
@@ -137,13 +138,12 @@ def test_optimize_child_streams_each_kept_step_then_the_result():
     optimize_child(child, TRANSPOSE, "leir", None, {"steps": 1, "budget": 6, "target": "llvm"})
     thread.join(60)
 
-    kinds = [m[0] for m in log]
-    assert kinds[0] == "measure" and kinds[-1] == "done"
-    [step] = [m for m in log if m[0] == "step"]
-    result = log[-1][1]
-    assert result["steps"] == [step[1]]
-    assert step[1]["latency_before_ms"] == 10.0 and step[1]["latency_after_ms"] == 5.0
-    assert result["final"] == step[2]
+    assert isinstance(log[0], messages.MeasureRequest) and isinstance(log[-1], messages.Done)
+    [step] = [m for m in log if isinstance(m, messages.StepKept)]
+    result = log[-1].result
+    assert result["steps"] == [step.step]
+    assert step.step["latency_before_ms"] == 10.0 and step.step["latency_after_ms"] == 5.0
+    assert result["final"] == step.program
     assert result["measurements"] <= 6
 
 
@@ -156,8 +156,8 @@ def test_optimize_child_stops_when_the_parent_cancels():
     optimize_child(child, TRANSPOSE, "leir", None, {"steps": 2, "budget": 20, "target": "llvm"})
     thread.join(60)
 
-    assert log[-1] == ("failed", Failure("cancelled", "optimize was cancelled"))
-    assert [m[0] for m in log].count("measure") == 2  # the start, then the batch it cancelled
+    assert log[-1] == messages.Failed(Failure("cancelled", "optimize was cancelled"))
+    assert sum(isinstance(m, messages.MeasureRequest) for m in log) == 2  # the start, then the batch it cancelled
 
 
 def test_optimize_child_searches_a_python_kernel_in_its_leir_form():
@@ -170,7 +170,7 @@ def test_optimize_child_searches_a_python_kernel_in_its_leir_form():
     optimize_child(child, python, "tvmscript", "transpose", {"steps": 1, "budget": 6, "target": "llvm"})
     thread.join(60)
 
-    assert log[-1][0] == "done"
-    result = log[-1][1]
+    assert isinstance(log[-1], messages.Done)
+    result = log[-1].result
     assert len(result["steps"]) == 1
     assert load_leir(result["final"]).ok  # the final program is LEIR text

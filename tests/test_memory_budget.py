@@ -142,7 +142,7 @@ async def test_a_new_budget_restarts_the_pool_with_its_cap(workers):
 
 
 def test_the_setting_is_read_and_checked():
-    from leir_server.session import Settings
+    from leir_server.session.settings import Settings
 
     settings, problems = Settings.from_json({"memoryBudgetMB": 2500})
     assert settings.memory_budget_mb == 2500 and problems == []

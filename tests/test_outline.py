@@ -156,7 +156,7 @@ def test_tokens_are_ordered_and_disjoint_on_every_example(examples_dir):
 
 
 def test_the_server_legend_is_the_library_legend():
-    from leir_server import text_document_semantic_tokens_full as tokens
+    from leir_server.api.requests import text_document_semantic_tokens_full as tokens
 
     assert tuple(tokens.TOKEN_TYPES) == outline.TOKEN_TYPES
     assert tuple(tokens.TOKEN_MODIFIERS) == outline.TOKEN_MODIFIERS
@@ -233,7 +233,7 @@ def test_python_without_kernels_has_an_empty_outline(text):
 def test_the_outline_imports_neither_tvm_nor_numpy():
     probe = (
         "import sys\n"
-        "from leir import outline\n"
+        "from leir.bridge import outline\n"
         f"outline.tvmscript_symbols({PYTHON!r})\n"
         f"outline.tvmscript_folds({PYTHON!r})\n"
         "print(sorted(m for m in ('tvm', 'numpy') if m in sys.modules))\n"

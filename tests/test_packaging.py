@@ -22,4 +22,4 @@ def test_every_package_directory_is_found():
         for init in (base / top).rglob("__init__.py"):
             on_disk.add(".".join(init.parent.relative_to(base).parts))
     assert found == on_disk, f"not found: {sorted(on_disk - found)}; extra: {sorted(found - on_disk)}"
-    assert {"leir.transforms.steps", "leir.transforms.lib", "leir_server.commands", "leir_models"} <= found
+    assert {"leir.transforms.steps", "leir.transforms.lib", "leir_server.api.commands", "leir_models"} <= found

@@ -13,7 +13,7 @@ import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from leir_server.suggestions import latency_text
+from leir.explain.editor import latency_text
 from lsp_fixtures import LeirClient, marked, show
 from programs import SPLIT_I, TRANSPOSE
 

@@ -11,8 +11,9 @@ import threading
 from lsprotocol import types
 from pygls.workspace import Workspace
 
-from leir_server import diagnostics, text_document_did_change, text_document_did_close, text_document_did_open
-from leir_server.session import Session
+from leir_server import diagnostics
+from leir_server.api.notifications import text_document_did_change, text_document_did_close, text_document_did_open
+from leir_server.session.session import Session
 
 URI = "file:///t/add.leir"
 GOOD = "L^{4}_{i} [ Y_{i} = X_{i} + 1; ];\n"
@@ -167,7 +168,7 @@ async def test_close_cancels_the_pending_check_and_clears():
 
 def test_a_slow_check_of_one_document_does_not_hold_up_another(monkeypatch):
     import leir.bridge.document
-    from leir_server.session import DocumentSnapshot
+    from leir_server.session.snapshot import DocumentSnapshot
 
     started, release = threading.Event(), threading.Event()
     real = leir.bridge.document.check_text
@@ -194,7 +195,7 @@ def test_a_slow_check_of_one_document_does_not_hold_up_another(monkeypatch):
 
 
 def test_python_syntax_errors_are_reported_only_in_kernel_files():
-    from leir_server.session import DocumentSnapshot
+    from leir_server.session.snapshot import DocumentSnapshot
 
     plain = DocumentSnapshot("file:///t/a.py", 1, "def f(:\n", "tvmscript")
     kernel_file = DocumentSnapshot("file:///t/k.py", 1, "@T.prim_func\ndef f(:\n", "tvmscript")

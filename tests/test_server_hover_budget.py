@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from leir_server import text_document_hover
+from leir_server.api.requests import text_document_hover
 from leir_server.server import build_server
-from leir_server.session import DocumentSnapshot
+from leir_server.session.snapshot import DocumentSnapshot
 
 MATMUL = """\
 # C = X @ W

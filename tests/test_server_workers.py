@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from leir_server.session import Settings
+from leir_server.session.settings import Settings
 from leir_server.workers import RequestFailed
 
 pytestmark = pytest.mark.slow  # the job processes start from a forkserver that imports TVM

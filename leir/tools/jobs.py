@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leir.errors import LeirError
+from leir.tools import optimize_messages as messages
 
 __all__ = ["Applied", "Converted", "Failure", "apply_step", "convert", "job_worker_initializer", "kernel_program",
            "optimize_child"]
@@ -236,11 +237,11 @@ class _ProxyMeasurer:
         texts = [print_program(a.complete_program()) for a in analyses]
         todo = [t for t in dict.fromkeys(texts) if t not in self.known]
         if todo:
-            self.conn.send(("measure", todo))
+            self.conn.send(messages.MeasureRequest(todo))
             reply = self.conn.recv()
-            if reply[0] == "cancel":
+            if isinstance(reply, messages.Cancel):
                 raise _Cancelled()
-            for t, (ms, error, cached) in zip(todo, reply[1]):
+            for t, (ms, error, cached) in zip(todo, reply.timings):
                 self.known[t] = Timing(ms, error, cached)
         return [self.known[t] for t in texts]
 
@@ -253,24 +254,24 @@ class _PairingProxyMeasurer(_ProxyMeasurer):
         from leir.tools.measuring import Paired
         from leir.printer import print_program
 
-        self.conn.send(("paired", print_program(before.complete_program()), print_program(after.complete_program()),
-                        rounds))
+        self.conn.send(messages.PairedRequest(print_program(before.complete_program()),
+                                              print_program(after.complete_program()), rounds))
         reply = self.conn.recv()
-        if reply[0] == "cancel":
+        if isinstance(reply, messages.Cancel):
             raise _Cancelled()
-        before_runs, after_runs, before_rounds, after_rounds, error = reply[1]
-        return Paired(tuple(before_runs), tuple(after_runs), tuple(before_rounds), tuple(after_rounds), error)
+        return Paired(tuple(reply.before_runs), tuple(reply.after_runs), tuple(reply.before_rounds),
+                      tuple(reply.after_rounds), reply.error)
 
 
 def optimize_child(conn, text: str, language: str, kernel: str | None, options: dict) -> None:
     """Run ``leir.tools.optimize.optimize`` on a document, talking to the parent
     through ``conn`` (a ``multiprocessing`` connection):
 
-    - sends ``("measure", [program text...])`` and waits for
-      ``("timings", [(ms, error, cached)...])`` (or ``("cancel",)``);
-    - sends ``("progress", message)`` as the search goes, and
-      ``("step", step_json, program_text)`` for each step kept, as it is kept;
-    - ends with ``("done", result_json)`` or ``("failed", Failure)``.
+    - sends a ``MeasureRequest`` (or ``PairedRequest``) and waits for
+      ``Timings`` (``PairedTimes``), or ``Cancel``;
+    - sends ``Progress`` as the search goes, and ``StepKept`` for each step
+      kept, as it is kept;
+    - ends with ``Done`` or ``Failed`` (``leir.tools.optimize_messages``).
 
     ``options``: steps, budget, strategy, target, seed: the search is the
     one ``leir optimize`` runs. Greedy sends each step as it keeps it, beam
@@ -278,9 +279,9 @@ def optimize_child(conn, text: str, language: str, kernel: str | None, options: 
     try:
         conn.send(_optimize(conn, text, language, kernel, options))
     except _Cancelled:
-        conn.send(("failed", Failure("cancelled", "optimize was cancelled")))
+        conn.send(messages.Failed(Failure("cancelled", "optimize was cancelled")))
     except LeirError as e:
-        conn.send(("failed", _failure(e)))
+        conn.send(messages.Failed(_failure(e)))
     except (EOFError, BrokenPipeError):
         pass  # the parent went away
 
@@ -294,7 +295,7 @@ def _optimize(conn, text: str, language: str, kernel: str | None, options: dict)
 
         doc = load_leir(text)
         if not doc.ok:
-            return ("failed", Failure("document", "the document has errors; fix them before optimizing it"))
+            return messages.Failed(Failure("document", "the document has errors; fix them before optimizing it"))
         start = doc.analysis
     else:
         from leir.transforms.python_kernels import load_kernel
@@ -315,19 +316,19 @@ def _optimize(conn, text: str, language: str, kernel: str | None, options: dict)
     measurer = (_PairingProxyMeasurer if options.get("paired") else _ProxyMeasurer)(conn)
 
     def progress(message: str) -> None:
-        conn.send(("progress", message))
+        conn.send(messages.Progress(message))
 
     def kept(before, step, after, record) -> None:
         _record(before, step, after, "leir")
-        conn.send(("step", record.to_json(), print_program(after.program)))
+        conn.send(messages.StepKept(record.to_json(), print_program(after.program)))
 
     result = optimize(start, steps=steps, budget=budget, strategy=strategy, target=target, measurer=measurer,
                       seed=seed, progress=progress, on_kept=kept)
-    return ("done", result.to_json())
+    return messages.Done(result.to_json())
 
 
 def timing_json(m) -> tuple[float | None, str | None, bool]:
-    """A ``Measurement`` as the ``("timings", ...)`` reply carries it."""
+    """A ``Measurement`` as a ``Timings`` answer carries it."""
     if m.error is not None or m.median_ms is None:
         return None, str(m.error or "no latency"), bool(m.cached)
     return float(m.median_ms), None, bool(m.cached)

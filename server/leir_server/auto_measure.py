@@ -25,7 +25,7 @@ import threading
 from leir.tools.measuring import TopStepsPlan
 
 from leir_server import suggestions
-from leir_server.workers import RequestFailed, workers_of
+from leir_server.workers import RequestFailed
 
 logger = logging.getLogger(__name__)
 
@@ -117,14 +117,14 @@ class _SavedPlan(TopStepsPlan):
 async def _run(server, uri: str) -> None:
     from leir.tools.measuring import EngineMeasurer
 
-    from leir_server.commands.measure import status
+    from leir_server.api.commands.measure import status
 
     session = server.session
     snapshot = session.snapshot(uri)
     if snapshot is None or snapshot.too_large:
         return
     plan = None
-    workers = workers_of(server)
+    workers = session.workers
     try:
         program = await asyncio.to_thread(suggestions.kernel_analysis, snapshot, None)
         if program is None:  # errors, or a Python file whose kernel needs choosing
@@ -160,6 +160,6 @@ async def _after_program(server, snapshot, s) -> str | None:
     """The verified program after suggestion ``s`` (LEIR text), or None."""
     from leir.tools.jobs import Applied, apply_step
 
-    result = await workers_of(server).run(apply_step, snapshot.text, snapshot.language, s.step.to_json(), s.kernel,
-                                          what=f"applying {s.step.id}")
+    result = await server.session.workers.run(apply_step, snapshot.text, snapshot.language, s.step.to_json(),
+                                              s.kernel, what=f"applying {s.step.id}")
     return result.after_program if isinstance(result, Applied) else None

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from leir.diagnostics import Diagnostic
 
     from leir_server.server import LeirServer
-    from leir_server.session import DocumentSnapshot
+    from leir_server.session.snapshot import DocumentSnapshot
 
 logger = logging.getLogger(__name__)
 

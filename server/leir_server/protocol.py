@@ -217,6 +217,8 @@ class LeirProtocol(LanguageServerProtocol):
         super().__init__(*args, **kwargs)
         self.initialize_received = False
         self.shutdown_received = False
+        #: Whether the log already says the client has gone (a broken pipe): said once.
+        self._told_gone = False
         # lsprotocol's converter lets anything through as an ``integer |
         # string`` (a request id in $/cancelRequest, a progress token): a
         # list there made pygls raise a TypeError (unhashable) with a
@@ -478,7 +480,7 @@ class LeirProtocol(LanguageServerProtocol):
             if inspect.isawaitable(written):  # a websocket's writer
                 asyncio.ensure_future(written)
         except (BrokenPipeError, ConnectionError, ValueError) as error:  # ValueError: a closed file
-            if not getattr(self, "_told_gone", False):
+            if not self._told_gone:
                 self._told_gone = True
                 logger.warning("cannot write to the client any more (%s)", type(error).__name__)
 

@@ -1,59 +1,35 @@
-"""The leir-lsp language server object and the table of what it answers.
+"""The leir-lsp language server object: its session, its transports, and
+its exit status.
 
-pygls itself answers the lifecycle requests ``initialize`` (with the
-capabilities implied by the handlers registered here, and ``serverInfo``)
-and ``shutdown``; it also applies document-sync edits to its workspace
-before our sync handlers run. The server reads its input itself
-(``framing.FrameReader``, bounded; ``protocol.LeirProtocol.handle_body``,
-which answers what pygls would not and handles ``exit``), and
+What it answers, one module per LSP method, and where each handler runs
+are in ``leir_server.api`` (the ``HANDLERS`` table). The server reads its
+input itself (``framing.FrameReader``, bounded;
+``protocol.LeirProtocol.handle_body``, which answers what pygls would not
+and handles ``exit``), and
 ``start_io``/``start_tcp`` return the exit status: 0 after ``shutdown`` and
 ``exit``, 1 for an ``exit`` without ``shutdown`` or an input that ends
 without ``exit``, ``EXIT_BROKEN_STREAM`` (2) for an input that cannot be
 read as LSP frames any more (logged in one line: the editor restarts the
-server). Every other LSP method gets one
-module in this package with a ``handle(server, params)`` function and, where
-the method has registration options, an ``OPTIONS`` value; ``HANDLERS``
-lists them all, in one place.
+server).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import inspect
 import logging
 import os
 import sys
 import threading
 from importlib.metadata import PackageNotFoundError, version
-from types import ModuleType
 
 from lsprotocol import types
 from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
 
-from leir_server import (
-    code_action_resolve,
-    initialize,
-    initialized,
-    shutdown,
-    text_document_code_action,
-    text_document_code_lens,
-    text_document_did_change,
-    text_document_did_close,
-    text_document_did_open,
-    text_document_did_save,
-    text_document_document_symbol,
-    text_document_folding_range,
-    text_document_formatting,
-    text_document_hover,
-    text_document_semantic_tokens_full,
-    workspace_did_change_configuration,
-    workspace_execute_command,
-)
+from leir_server import api
 from leir_server.framing import BrokenStream, FrameReader
 from leir_server.protocol import LeirProtocol
-from leir_server.session import Session
+from leir_server.session.session import Session
 
 logger = logging.getLogger(__name__)
 
@@ -64,26 +40,6 @@ EXIT_BROKEN_STREAM = 2
 #: Seconds the process may take to exit once the protocol loop has ended
 #: (a check or a compile still running in a thread) before it is ended.
 EXIT_GRACE_S = 10.0
-
-#: LSP method -> the module that handles it, in the order they are registered.
-HANDLERS: dict[str, ModuleType] = {
-    types.INITIALIZE: initialize,
-    types.INITIALIZED: initialized,
-    types.SHUTDOWN: shutdown,
-    types.WORKSPACE_DID_CHANGE_CONFIGURATION: workspace_did_change_configuration,
-    types.TEXT_DOCUMENT_DID_OPEN: text_document_did_open,
-    types.TEXT_DOCUMENT_DID_CHANGE: text_document_did_change,
-    types.TEXT_DOCUMENT_DID_CLOSE: text_document_did_close,
-    types.TEXT_DOCUMENT_DOCUMENT_SYMBOL: text_document_document_symbol,
-    types.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL: text_document_semantic_tokens_full,
-    types.TEXT_DOCUMENT_FORMATTING: text_document_formatting,
-    types.TEXT_DOCUMENT_FOLDING_RANGE: text_document_folding_range,
-    types.TEXT_DOCUMENT_DID_SAVE: text_document_did_save,
-    types.TEXT_DOCUMENT_HOVER: text_document_hover,
-    types.TEXT_DOCUMENT_CODE_ACTION: text_document_code_action,
-    types.CODE_ACTION_RESOLVE: code_action_resolve,
-    types.TEXT_DOCUMENT_CODE_LENS: text_document_code_lens,
-}
 
 
 class LeirServer(LanguageServer):
@@ -187,10 +143,9 @@ class LeirServer(LanguageServer):
             self._stop_event.set()
         if self._thread_pool is not None:
             self._thread_pool.shutdown(wait=False, cancel_futures=True)
-        workers = self.session.workers
-        if workers is not None and not self.protocol.shutdown_received:
+        if not self.protocol.shutdown_received:
             try:
-                workers.close()
+                self.session.workers.close()
             except Exception:  # noqa: BLE001 - exiting anyway
                 logger.warning("could not stop the worker processes", exc_info=True)
 
@@ -221,7 +176,8 @@ def server_version() -> str:
 
 
 def build_server() -> LeirServer:
-    """A server with every handler in ``HANDLERS`` registered, not yet started."""
+    """A server with every handler of ``leir_server.api.HANDLERS``
+    registered, not yet started."""
     from leir import sandbox
     from leir_server.workers import PRELOAD_EXTRA
 
@@ -229,25 +185,5 @@ def build_server() -> LeirServer:
     # forks from one forkserver; whichever starts it first starts it with all.
     sandbox.want_preloaded(sandbox.MEASUREMENT_PRELOAD + PRELOAD_EXTRA)
     server = LeirServer(SERVER_NAME, server_version(), text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
-    for method, module in HANDLERS.items():
-        server.feature(method, getattr(module, "OPTIONS", None))(_bound(module.handle, server))
-    # workspace/executeCommand is answered by pygls, which calls one handler per command.
-    workspace_execute_command.register(server)
+    api.register(server)
     return server
-
-
-def _bound(handle, server: LeirServer):
-    """``handle(server, params)`` as the one-argument handler pygls calls.
-    (pygls passes the server itself only to a first parameter named ``ls``
-    or annotated with the server's class; binding it here lets every handler
-    name it ``server`` without an annotation.)"""
-    if inspect.iscoroutinefunction(handle):
-        async def bound_async(params):
-            return await handle(server, params)
-
-        return functools.update_wrapper(bound_async, handle, assigned=("__module__", "__name__", "__doc__"))
-
-    def bound(params):
-        return handle(server, params)
-
-    return functools.update_wrapper(bound, handle, assigned=("__module__", "__name__", "__doc__"))

@@ -9,13 +9,11 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from leir_server.workers import workers_of
-
 if TYPE_CHECKING:
     from leir.semantics import Analysis
     from leir.tools.suggest import Suggestion
 
-    from leir_server.session import DocumentSnapshot
+    from leir_server.session.snapshot import DocumentSnapshot
 
 
 def compute(server, snapshot: "DocumentSnapshot", offset: int | None, limit: int | None = None,
@@ -31,7 +29,7 @@ def compute(server, snapshot: "DocumentSnapshot", offset: int | None, limit: int
         doc = snapshot.leir  # parsed once per version, shared by every request on it
         if doc is None or not doc.ok:
             return []
-    lookup = workers_of(server).lookup()
+    lookup = server.session.workers.lookup()
     return suggest(snapshot.text, snapshot.language, offset, kernel=kernel,
                    target=server.session.settings.target, measured=lookup, limit=limit, document=doc, only=only)
 
@@ -80,11 +78,3 @@ def kernel_names(snapshot: "DocumentSnapshot") -> list[tuple[str | None, object]
         else:
             out.append((k.name, k.span))
     return out
-
-
-def latency_text(ms: float) -> str:
-    if ms >= 100:
-        return f"{ms:.0f} ms"
-    if ms >= 1:
-        return f"{ms:.3g} ms"
-    return f"{ms * 1000:.3g} µs"

@@ -20,10 +20,12 @@
 - **Optimize searches** (``OptimizeRun``): a process of its own running
   ``leir.tools.jobs.optimize_child``; it asks this process to measure each batch
   of candidates through the engine, so cancelling the run cancels its
-  queued and running measurements and kills the search.
+  queued and running measurements and kills the search. The messages
+  between the two are typed in ``leir.tools.optimize_messages``.
 
-Async handlers ``await workers.run(function, ...)``; callers from threads
-use ``workers.engine()`` directly.
+One ``Workers`` per server, a field of its session (``Session.workers``);
+async handlers ``await server.session.workers.run(function, ...)``; callers
+from threads use ``workers.engine()`` directly.
 """
 
 from __future__ import annotations
@@ -32,17 +34,32 @@ import asyncio
 import logging
 import threading
 from concurrent.futures import CancelledError, Future
-from typing import TYPE_CHECKING, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Union
 
 from pygls.exceptions import JsonRpcException
 
 from leir.sandbox import exit_text
+
+from leir.tools import optimize_messages as messages
 
 if TYPE_CHECKING:
     from leir.measure import MeasurementEngine
     from leir.tools.measuring import MeasuredLookup
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Measuring:
+    """The server has submitted ``count`` of a search's programs to the
+    measurement engine (posted by ``OptimizeRun``, not sent by the search)."""
+
+    count: int
+
+
+#: What ``OptimizeRun.on_message`` is called with, on the event loop.
+ToCommand = Union[messages.Progress, messages.StepKept, Measuring]
 
 #: Job processes: two let a convert run while a step is verified; more
 #: would only compete with the measurement engine for the cores.
@@ -90,6 +107,8 @@ class Workers:
         self._engine: "MeasurementEngine | None" = None
         self._engine_settings: tuple | None = None
         self._lookups: dict[str, "MeasuredLookup | None"] = {}
+        #: The optimize searches running (each ``OptimizeRun`` adds itself
+        #: and leaves when its process is gone), stopped with the workers.
         self.runs: set["OptimizeRun"] = set()
         self.closed = False
 
@@ -255,17 +274,9 @@ def require_budget(server, analysis, what: str, refusal: str) -> None:
     "measure" or "run" (``leir.footprint.check_budget``)."""
     from leir.footprint import check_budget
 
-    message = check_budget(analysis, what, budget_mb=workers_of(server).budget_mb())
+    message = check_budget(analysis, what, budget_mb=server.session.workers.budget_mb())
     if message is not None:
         raise RequestFailed(f"{refusal}: {message}")
-
-
-def workers_of(server) -> Workers:
-    """The server's ``Workers``, created on first use."""
-    session = server.session
-    if session.workers is None:
-        session.workers = Workers(server)
-    return session.workers
 
 
 # ------------------------------------------------------------ optimize
@@ -274,11 +285,13 @@ def workers_of(server) -> Workers:
 class OptimizeRun:
     """One ``leir.optimize`` search in a process of its own (see the module
     docstring). ``on_message(message)`` is called on the event loop for each
-    ("progress", text) and ("step", step, program) the search sends;
-    ``await run.result()`` gives ("done", result_json) or a ``Failure``."""
+    ``Progress`` and ``StepKept`` the search sends, and a ``Measuring`` for
+    each batch of its programs submitted to the engine
+    (``leir.tools.optimize_messages``); ``await run.result()`` gives a
+    ``Done`` or a ``Failure``."""
 
     def __init__(self, workers: Workers, text: str, language: str, kernel: str | None, options: dict,
-                 on_message: Callable[[tuple], None]):
+                 on_message: Callable[["ToCommand"], None]):
         self.workers = workers
         self.loop = asyncio.get_running_loop()
         self.on_message = on_message
@@ -320,7 +333,7 @@ class OptimizeRun:
     async def result(self):
         return await asyncio.wrap_future(self._done)
 
-    def _post(self, message: tuple) -> None:
+    def _post(self, message: "ToCommand") -> None:
         try:
             self.loop.call_soon_threadsafe(self.on_message, message)
         except RuntimeError:  # the loop is closed: the server is gone
@@ -345,17 +358,16 @@ class OptimizeRun:
                     continue
                 try:
                     message = self._conn.recv()
-                    kind = message[0]
-                    if kind == "measure":
-                        timings = self._measure(message[1])
+                    if isinstance(message, messages.MeasureRequest):
+                        timings = self._measure(message.programs)
                         if timings is None:
                             break
-                        self._conn.send(("timings", timings))
-                    elif kind == "paired":
-                        paired = self._paired(*message[1:])
+                        self._conn.send(messages.Timings(timings))
+                    elif isinstance(message, messages.PairedRequest):
+                        paired = self._paired(message.before, message.after, message.rounds)
                         if paired is None:
                             break
-                        self._conn.send(("paired", paired))
+                        self._conn.send(paired)
                 except (EOFError, OSError):  # the search process is gone
                     self.process.join(5)
                     if self.cancelled:
@@ -363,13 +375,13 @@ class OptimizeRun:
                     code = self.process.exitcode
                     self._finish(Failure("crashed", f"the optimize process stopped ({exit_text(code)})"))
                     return
-                if kind in ("progress", "step"):
+                if isinstance(message, (messages.Progress, messages.StepKept)):
                     self._post(message)
-                elif kind == "done":
+                elif isinstance(message, messages.Done):
                     self._finish(message)
                     return
-                elif kind == "failed":
-                    self._finish(message[1])
+                elif isinstance(message, messages.Failed):
+                    self._finish(message.failure)
                     return
             self._finish(Failure("cancelled", "optimize was cancelled"))
         except Exception as e:  # noqa: BLE001 - reported to the client as the command's failure
@@ -396,7 +408,7 @@ class OptimizeRun:
             _, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
         return True
 
-    def _paired(self, before: str, after: str, rounds: int) -> tuple | None:
+    def _paired(self, before: str, after: str, rounds: int) -> "messages.PairedTimes | None":
         """The engine's paired comparison (``compare``), as the child's
         ``paired`` reads it; None when cancelled."""
         engine = self.workers.engine()
@@ -409,14 +421,14 @@ class OptimizeRun:
         if not self._wait([future]):
             return None
         if future.cancelled():
-            return (), (), (), (), "cancelled"
+            return messages.PairedTimes(error="cancelled")
         if future.exception() is not None:
-            return (), (), (), (), str(future.exception())
+            return messages.PairedTimes(error=str(future.exception()))
         p = future.result()
         if not p.ok:
-            return (), (), (), (), str(p.error)
-        return (tuple(p.before.results_ms), tuple(p.after.results_ms), tuple(p.before_rounds_ms),
-                tuple(p.after_rounds_ms), None)
+            return messages.PairedTimes(error=str(p.error))
+        return messages.PairedTimes(tuple(p.before.results_ms), tuple(p.after.results_ms), tuple(p.before_rounds_ms),
+                                    tuple(p.after_rounds_ms))
 
     def _measure(self, programs: list[str]) -> list[tuple] | None:
         """Each program measured by the engine; None when cancelled."""
@@ -436,7 +448,7 @@ class OptimizeRun:
                     self._futures.append(failed)
                 self.submitted += 1
             futures = list(self._futures)
-        self._post(("measuring", len(futures)))
+        self._post(Measuring(len(futures)))
         if not self._wait(futures):
             return None
         out = []

@@ -86,8 +86,9 @@ POSITIVE, NONNEGATIVE = "positive", "nonnegative"
 
 
 class NotFloat(NotApplicable):
-    """The equation computes in integers or booleans, where real-number
-    identities do not hold."""
+    """The equation does not compute in f16, bf16, f32 or f64: in integers
+    and booleans real-number identities do not hold, and 8-bit floats round
+    too coarsely."""
 
 
 class TooLarge(NotApplicable):
@@ -101,7 +102,8 @@ class Inexpressible(NotApplicable):
 
 
 class NoChange(NotApplicable):
-    """SymPy's rewrite leaves the value as it is."""
+    """SymPy's rewrite leaves the value (or its printed text) as it is, or
+    does not apply to it."""
 
 
 class Unsafe(NotApplicable):

@@ -63,12 +63,37 @@ SOFTMAX_REASONS = ("no-max",) + ROW_REDUCTION_REASONS + ("not-siblings", "differ
 ONE_PASS_REASONS = ("integer-max", "vectorized-row-loop")
 
 
+#: The precondition each reason reports: the docstring of its typed error.
+REASON_DOCS = {
+    "not-max": "The equation is not a max reduction ``M = max(M, x)``.",
+    "not-sum-of-exp": "The equation is not a sum of exponentials ``Z += exp(x - M)``.",
+    "not-weighted-sum": ("The equation is not a softmax-weighted sum ``O += exp(x - M)/Z*v`` whose weights "
+                         "``v`` read none of M, Z and the scores."),
+    "no-max": "The M that the exp subtracts is not written once, by a max reduction ``M = max(M, x)``.",
+    "init-explicit": "The reduction is not the first write of its tensor: its initial value is written before it.",
+    "guarded": "The reduction has a guard.",
+    "not-one-axis": "The reduction is not over exactly one loop.",
+    "loop-start-not-zero": "The reduction loop does not start at 0.",
+    "not-alone": "The reduction is not the only equation under its loop.",
+    "rows-not-distinct": ("The written index does not tell the rows apart: an element is not the reduction of "
+                          "one row (the index is not affine, or two iterations may write one element)."),
+    "not-siblings": "The units are not in the same loop body.",
+    "different-axis": "The max is over another loop than the sum.",
+    "different-rows": "The max and the sum are not over the same rows.",
+    "different-operand": "The exp is not over the same ``x`` as the max.",
+    "interleaved": "Something between the units writes what a later unit reads.",
+    "integer-max": "The running maximum is not floating-point: it starts at -inf.",
+    "vectorized-row-loop": "A row loop is vectorized: the reduction loop would move inside it.",
+}
+
+
 def refusals(transform_id: str, module: str, reasons: tuple[str, ...]) -> dict[str, type[NotApplicable]]:
     """A typed error per reason, in order, named after it (``no-max`` ->
-    ``NoMax``) with the code ``<transform_id>-<reason>``. The module
-    exports each under that name (errors are pickled by name)."""
+    ``NoMax``) with the code ``<transform_id>-<reason>`` and the docstring
+    ``REASON_DOCS[reason]``. The module exports each under that name
+    (errors are pickled by name)."""
     return {reason: type("".join(w.capitalize() for w in reason.split("-")), (NotApplicable,),
-                         {"code": f"{transform_id}-{reason}", "__module__": module})
+                         {"code": f"{transform_id}-{reason}", "__module__": module, "__doc__": REASON_DOCS[reason]})
             for reason in reasons}
 
 

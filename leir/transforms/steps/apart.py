@@ -8,12 +8,17 @@ fractions with other tensors as parameters can divide by their
 differences, so the denominator must depend on one tensor only, and the
 result may divide only by factors of the original denominator.
 
-It requires: the equation computes in f16, bf16, f32 or f64; its value (a
-reduction's operand) has at most 64 syntax nodes and no ``inf``; it divides
-by something that depends on exactly one tensor or loop variable;
-decomposing changes it; the result divides, takes roots and logarithms only
-of what the value did or of what is provably nonzero, nonnegative or
-positive; and it reads the same tensors.
+It requires:
+
+- the equation computes in f16, bf16, f32 or f64;
+- its value (a reduction's operand) has at most 64 syntax nodes and no
+  ``inf``;
+- the value divides by something that depends on exactly one tensor or loop
+  variable;
+- decomposing changes the value;
+- the result divides, takes roots and logarithms only of what the value did
+  or of what is provably nonzero, nonnegative or positive;
+- the result reads the same tensors.
 
 Example: divide out the polynomial part
 
@@ -56,10 +61,15 @@ NotFloat, TooLarge, Inexpressible, NoChange, Unsafe, ChangesReads = ERRORS = alg
 
 
 class NoFraction(NotApplicable):
+    """The value divides by nothing: partial fractions works on fractions."""
+
     code = "apart-no-fraction"
 
 
 class NotUnivariate(NotApplicable):
+    """The value divides by something that depends on more than one tensor or loop variable (or
+    on none): partial fractions need a denominator in one."""
+
     code = "apart-not-univariate"
 
 

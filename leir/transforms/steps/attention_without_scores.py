@@ -14,17 +14,21 @@ When the scores are an input (or cannot be recomputed in place), the same
 pass reads them instead: the softmax-weighted sum computed with an online
 softmax (Step-TP's normal_matmul_to_prefix_matmul_based_on_online_softmax).
 
-It requires: a weighted sum ``O += exp(x - M)/Z*v`` (the factors in any
-order) whose ``Z += exp(x - M)`` and ``M = max(M, x)`` form a softmax over
-the same rows and loop (see ``online_softmax``: same loop, first writes,
-one loop starting at 0, unguarded, alone under the loop, rows told apart,
-floating-point M, no vectorized row loop); the three units and the unit
-that computes the scores in the same loop body, with nothing between them
-writing what a later one reads; weights ``v`` that read none of M, Z and
-the scores. The scores are recomputed in place when they are a temporary
-written once, by an unguarded sum or plain assignment over the rows and the
-key loop, and read only by the softmax and the weighted sum; otherwise the
-pass reads them.
+It requires:
+
+- a weighted sum ``O += exp(x - M)/Z*v`` (the factors in any order) whose
+  ``Z += exp(x - M)`` and ``M = max(M, x)`` form a softmax over the same
+  rows and loop (see ``online_softmax``: same loop, first writes, one loop
+  starting at 0, unguarded, alone under the loop, rows told apart,
+  floating-point M, no vectorized row loop);
+- the three units and the unit that computes the scores in the same loop
+  body, with nothing between them writing what a later one reads;
+- weights ``v`` that read none of M, Z and the scores.
+
+The scores are recomputed in place when they are a temporary written once,
+by an unguarded sum or plain assignment over the rows and the key loop, and
+read only by the softmax and the weighted sum; otherwise the pass reads
+them.
 
 Example: attention for one head
 

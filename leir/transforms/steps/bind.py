@@ -7,19 +7,28 @@ axis name (``B^{128}_{bx}``). The usual shape is a block axis on an outer
 loop and a thread axis on an inner one, with consecutive threads (``tx``)
 touching consecutive elements so that their loads coalesce.
 
-It requires: a serial (L) loop starting at 0, not inside a parallel or
-vectorized loop, with no parallel loop inside it and no vector other than
-2 or 4 lanes (CUDA's vector types); an axis that no loop around it or inside it is bound to, and
-that no tensor or other loop is named after; a block axis outside every
-thread axis; CUDA's limits (threadIdx.x and .y up to 1024, .z up to 64,
-blockIdx.x up to 2^31-1, .y and .z up to 65535, at most 1024 threads per
-block) and one extent per axis in the kernel; no reduction left outside a
-loop of some axis the kernel uses (every thread would accumulate into it);
-a loop that is a spatial axis of every equation under it; equations under
-it that TVM can schedule (each computes a fresh value or a reduction with
-its implied initial value, is the only writer of its tensor under the loop,
-and a reduction's guard bounds single loop variables); and no dependence
-between iterations. On a CPU, thread-bound loops run serially (leir.bridge.run).
+It requires:
+
+- a serial (L) loop starting at 0;
+- a loop not inside a parallel or vectorized loop, with no parallel loop
+  inside it;
+- no vectorized loop inside it other than of 2 or 4 lanes (CUDA's vector
+  types);
+- an axis that no loop around it or inside it is bound to, and that no
+  tensor or other loop is named after;
+- a block axis outside every thread axis;
+- CUDA's limits (threadIdx.x and .y up to 1024, .z up to 64, blockIdx.x up
+  to 2^31-1, .y and .z up to 65535, at most 1024 threads per block);
+- one extent per axis in the kernel;
+- no reduction left outside a loop of some axis the kernel uses (every
+  thread would accumulate into it);
+- a loop that is a spatial axis of every equation under it;
+- equations under it that TVM can schedule (each computes a fresh value or a
+  reduction with its implied initial value, is the only writer of its tensor
+  under the loop, and a reduction's guard bounds single loop variables);
+- no dependence between iterations.
+
+On a CPU, thread-bound loops run serially (leir.bridge.run).
 
 Example: one block per row, one thread per column
 
@@ -86,58 +95,95 @@ _THREAD_AXES = ("tx", "ty", "tz")
 
 
 class LoopNotSerial(NotApplicable):
+    """The loop is not serial (L): only a serial loop is bound to a thread axis."""
+
     code = "bind-loop-not-serial"
 
 
 class LoopStartNotZero(NotApplicable):
+    """The loop does not start at 0: a thread axis counts from 0."""
+
     code = "bind-loop-start-not-zero"
 
 
 class InParallel(NotApplicable):
+    """The loop is inside a parallel or vectorized loop, or holds a parallel loop: a GPU kernel
+    cannot start inside CPU threads or vectors, nor hold CPU threads."""
+
     code = "bind-in-parallel"
 
 
 class WideVectorInside(NotApplicable):
+    """A vectorized loop inside the loop has other than 2 or 4 lanes (CUDA's vector types)."""
+
     code = "bind-wide-vector-inside"
 
 
 class AxisTaken(NotApplicable):
+    """A loop around or inside the loop is already bound to the axis."""
+
     code = "bind-axis-taken"
 
 
 class NameTaken(NotApplicable):
+    """A tensor or another loop of the program is already named after the axis."""
+
     code = "bind-name-taken"
 
 
 class AxisOrder(NotApplicable):
+    """The block axis would be inside a thread axis: a block axis goes outside every thread axis."""
+
     code = "bind-axis-order"
 
 
 class ExtentLimit(NotApplicable):
+    """The loop has more iterations than CUDA allows for the axis (threadIdx.x and .y 1024, .z
+    64, blockIdx.x 2^31-1, .y and .z 65535)."""
+
     code = "bind-extent-limit"
 
 
 class ExtentMismatch(NotApplicable):
+    """The kernel already binds the axis with another extent: a kernel launches each axis with
+    one extent."""
+
     code = "bind-extent-mismatch"
 
 
 class ThreadsPerBlock(NotApplicable):
+    """Binding the loop would make more than 1024 threads per block (CUDA's limit)."""
+
     code = "bind-threads-per-block"
 
 
 class ReplicatedReduction(NotApplicable):
+    """A reduction would be left outside a loop of some axis the kernel uses: every thread would
+    accumulate into it."""
+
     code = "bind-replicated-reduction"
 
 
 class ReductionAxis(NotApplicable):
+    """The loop is a reduction axis of an equation under it: its iterations would accumulate
+    into the same element at once."""
+
     code = "bind-reduction-axis"
 
 
 class NotCompactDataflow(NotApplicable):
+    """An equation under the loop is not one TVM can schedule: each must compute a fresh value
+    or a reduction with its implied initial value, be the only writer of its tensor under the
+    loop (written before it is read there), and a reduction's guard must bound single loop
+    variables."""
+
     code = "bind-not-compact-dataflow"
 
 
 class Dependence(NotApplicable):
+    """Iterations of the loop may depend on each other: one may read or write an element that
+    another writes."""
+
     code = "bind-dependence"
 
 

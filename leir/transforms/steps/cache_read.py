@@ -19,15 +19,20 @@ Scopes offered: shared and local memory in a program with thread-bound
 memory does not exist (``local`` is a buffer TVM keeps on the stack, for
 register-level reuse; ``global`` a heap buffer, for packing).
 
-It requires: a block that reads the tensor in its right-hand side (a
-tensor read only in a ``where`` guard is not part of TVM's reads, and a
-guard's reads are not redirected), a tensor other than the block's own
-output (caching the accumulator is ``cache_write``), a tensor written by at
-most one block (TVM copies what that one block produced), a copy that stays
-inside the tensor (where only the guard keeps a read in bounds, the guard
-must bound that very index, as an imperfect split's guard does), and a
-scope the program can use (shared or local with ``B`` loops, local or
-global without).
+It requires:
+
+- a block that reads the tensor in its right-hand side (a tensor read only
+  in a ``where`` guard is not part of TVM's reads, and a guard's reads are
+  not redirected);
+- a tensor other than the block's own output (caching the accumulator is
+  ``cache_write``);
+- a tensor written by at most one block (TVM copies what that one block
+  produced);
+- a copy that stays inside the tensor (where only the guard keeps a read in
+  bounds, the guard must bound that very index, as an imperfect split's
+  guard does);
+- a scope the program can use (shared or local with ``B`` loops, local or
+  global without).
 
 Example: cache an input in local memory for a CPU block
 
@@ -123,26 +128,41 @@ STEPTP = "cache_read_write"
 
 
 class NotRead(NotApplicable):
+    """The block does not read the tensor in its right-hand side."""
+
     code = "cache_read-not-read"
 
 
 class ReadInGuard(NotApplicable):
+    """The block's ``where`` guard reads the tensor: TVM does not count a guard's reads, so the
+    guard would keep reading the original."""
+
     code = "cache_read-read-in-guard"
 
 
 class OwnOutput(NotApplicable):
+    """The tensor is the block's own output: caching the accumulator is ``cache_write``."""
+
     code = "cache_read-own-output"
 
 
 class SeveralWriters(NotApplicable):
+    """More than one block writes the tensor: TVM copies what one block produced."""
+
     code = "cache_read-several-writers"
 
 
 class UnboundedCopy(NotApplicable):
+    """The copy would not stay inside the tensor: only a guard keeps a read in bounds, and it
+    does not bound that very index."""
+
     code = "cache_read-unbounded-copy"
 
 
 class WrongScope(NotApplicable):
+    """The program cannot use the scope: shared memory needs thread-bound (``B``) loops, and a
+    GPU program stages in shared or local memory, not global."""
+
     code = "cache_read-wrong-scope"
 
 

@@ -13,16 +13,20 @@ tensor is named after the written one and the scope (``C_local``) and
 declared with its scope. Scopes offered are those of ``cache_read``:
 shared or local memory with ``B`` loops, local or global without.
 
-It requires: a tensor the block writes and no other block writes (TVM
-caches what one block produces); a block that writes every element of the
-box it writes — affine indices over distinct loops with no gaps (``Y_{2*i}``
-skips elements), a guard only of affine bounds on an index (an imperfect
-split's ``where io*32 + ii < 100``), or, for ``//`` and ``%`` indices
-without a guard, a write that fills its box (checked by enumeration) —
-since the copy moves the whole box and would move uninitialised values
-into the gaps; not a reduction whose guard names a reduction loop (TVM
-then skips the initial value of some elements, which the output's zeroed
-memory hides but a fresh cache does not); and a scope the program can use.
+It requires:
+
+- a tensor the block writes and no other block writes (TVM caches what one
+  block produces);
+- a block that writes every element of the box it writes, since the copy
+  moves the whole box and would move uninitialised values into the gaps:
+  affine indices over distinct loops with no gaps (``Y_{2*i}`` skips
+  elements), a guard only of affine bounds on an index (an imperfect split's
+  ``where io*32 + ii < 100``), or, for ``//`` and ``%`` indices without a
+  guard, a write that fills its box (checked by enumeration);
+- not a reduction whose guard names a reduction loop (TVM then skips the
+  initial value of some elements, which the output's zeroed memory hides but
+  a fresh cache does not);
+- a scope the program can use.
 
 Example: accumulate a CPU matmul in a local buffer
 
@@ -99,22 +103,35 @@ Range = tuple[int, int]
 
 
 class NotWritten(NotApplicable):
+    """The block does not write the tensor (to stage a tensor it reads, use ``cache_read``)."""
+
     code = "cache_write-not-written"
 
 
 class SeveralWriters(NotApplicable):
+    """Another block writes the tensor too: TVM caches what one block produces."""
+
     code = "cache_write-several-writers"
 
 
 class SparseWrite(NotApplicable):
+    """The block does not write every element of the box it writes: the copy would move
+    uninitialised cache values into the gaps."""
+
     code = "cache_write-sparse-write"
 
 
 class GuardedReduction(NotApplicable):
+    """The block is a reduction whose guard names a reduction loop: TVM then skips the initial
+    value of some elements, which a fresh cache does not hide."""
+
     code = "cache_write-guarded-reduction"
 
 
 class WrongScope(NotApplicable):
+    """The program cannot use the scope: shared memory needs thread-bound (``B``) loops, and a
+    GPU program stages in shared or local memory, not global."""
+
     code = "cache_write-wrong-scope"
 
 

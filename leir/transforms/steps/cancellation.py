@@ -7,11 +7,16 @@ Cancelling can remove a point where the original divided by zero; it never
 adds one. An ``exp``, ``log`` or root is cancelled as a whole, never opened
 up. A reduction's combined operand is rewritten and the reduction kept.
 
-It requires: the equation computes in f16, bf16, f32 or f64; its value (a
-reduction's operand) has at most 64 syntax nodes and no ``inf``; it divides
-by something; cancelling changes it; the result divides, takes roots and
-logarithms only of what the value did or of what is provably nonzero,
-nonnegative or positive; and it reads the same tensors.
+It requires:
+
+- the equation computes in f16, bf16, f32 or f64;
+- its value (a reduction's operand) has at most 64 syntax nodes and no
+  ``inf``;
+- the value divides by something;
+- cancelling changes the value;
+- the result divides, takes roots and logarithms only of what the value did
+  or of what is provably nonzero, nonnegative or positive;
+- the result reads the same tensors.
 
 Example: cancel the row sum
 
@@ -65,6 +70,8 @@ NotFloat, TooLarge, Inexpressible, NoChange, Unsafe, ChangesReads = ERRORS = alg
 
 
 class NoFraction(NotApplicable):
+    """The value divides by nothing: cancelling works on fractions."""
+
     code = "cancellation-no-fraction"
 
 

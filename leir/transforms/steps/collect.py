@@ -7,12 +7,16 @@ hoisted), then the one shared by the most terms. The outermost sum with a
 shared factor is collected, in a function argument if need be. A
 reduction's combined operand is rewritten and the reduction kept.
 
-It requires: the equation computes in f16, bf16, f32 or f64; its value (a
-reduction's operand) has at most 64 syntax nodes and no ``inf``; some sum
-has two terms with a factor (a tensor access, a constant or a function
-call) in common; the result divides, takes roots and logarithms only of
-what the value did or of what is provably nonzero, nonnegative or positive;
-and it reads the same tensors.
+It requires:
+
+- the equation computes in f16, bf16, f32 or f64;
+- its value (a reduction's operand) has at most 64 syntax nodes and no
+  ``inf``;
+- some sum has two terms with a factor (a tensor access, a constant or a
+  function call) in common;
+- the result divides, takes roots and logarithms only of what the value did
+  or of what is provably nonzero, nonnegative or positive;
+- the result reads the same tensors.
 
 Example: collect the row scale
 

@@ -9,18 +9,22 @@ everything it depends on is known, indexed by the loops around that place;
 every occurrence then reads it. This trades recomputation (an ``exp`` per
 element, twice) for memory traffic (a store and a load).
 
-It requires: a subexpression computed from at least one tensor (not a lone
-access, an index expression or a condition, not inside an
-``if_then_else``) that occurs twice in the block, or in the block and in the
-later ``"also"`` block, computed in the same dtype everywhere; that reads
-neither tensor the two blocks write; that reads nothing written between the
-temporary and its last use (inside the loops the temporary is hoisted out
-of, by an equation between the two blocks, or by one that shares a loop
-with either); for a later block, an unguarded first block, and a later use
-whose loop variables map to the loops the temporary is indexed by (a loop
-around both blocks maps to itself); and no vectorized loop around all the
-uses of the temporary (TVM 0.27 computes a temporary written and read
-inside one vectorized loop wrong).
+It requires:
+
+- a subexpression computed from at least one tensor (not a lone access, an
+  index expression or a condition, not inside an ``if_then_else``);
+- a subexpression that occurs twice in the block, or in the block and in the
+  later ``"also"`` block;
+- its occurrences computed in the same dtype everywhere;
+- a subexpression that reads neither tensor the two blocks write;
+- a subexpression that reads nothing written between the temporary and its
+  last use (inside the loops the temporary is hoisted out of, by an equation
+  between the two blocks, or by one that shares a loop with either);
+- for a later block, an unguarded first block;
+- for a later block, a later use whose loop variables map to the loops the
+  temporary is indexed by (a loop around both blocks maps to itself);
+- no vectorized loop around all the uses of the temporary (TVM 0.27 computes
+  a temporary written and read inside one vectorized loop wrong).
 
 Example: the exponential of a softmax computed once, in the sum, and read by the divide
 
@@ -131,38 +135,59 @@ STEPTP = "common_subexpression_elimination"
 
 
 class SingleUse(NotApplicable):
+    """The subexpression occurs once in the block (name a later block that computes it with
+    ``"also"``)."""
+
     code = "common_subexpression_elimination-single-use"
 
 
 class NotInOther(NotApplicable):
+    """The ``"also"`` block does not compute the subexpression (up to renaming its loop
+    variables)."""
+
     code = "common_subexpression_elimination-not-in-other"
 
 
 class OtherNotLater(NotApplicable):
+    """The ``"also"`` block does not come after the block."""
+
     code = "common_subexpression_elimination-other-not-later"
 
 
 class DtypeMismatch(NotApplicable):
+    """The occurrences compute in different dtypes: one temporary cannot hold both."""
+
     code = "common_subexpression_elimination-dtype-mismatch"
 
 
 class ReadsOwnOutput(NotApplicable):
+    """The subexpression reads a tensor that one of the blocks writes."""
+
     code = "common_subexpression_elimination-reads-own-output"
 
 
 class OperandChanges(NotApplicable):
+    """An equation writes what the subexpression reads between the temporary and its last use."""
+
     code = "common_subexpression_elimination-operand-changes"
 
 
 class Guarded(NotApplicable):
+    """The first block is guarded: the temporary would miss values the later block reads."""
+
     code = "common_subexpression_elimination-guarded"
 
 
 class IndexMismatch(NotApplicable):
+    """A loop variable of the later use does not map to the loops the temporary is indexed by."""
+
     code = "common_subexpression_elimination-index-mismatch"
 
 
 class VectorizedTemporary(NotApplicable):
+    """A vectorized loop is around all the uses of the temporary: TVM 0.27 computes a temporary
+    written and read inside one vectorized loop wrong."""
+
     code = "common_subexpression_elimination-vectorized-temporary"
 
 

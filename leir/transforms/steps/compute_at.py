@@ -9,22 +9,30 @@ the step creates are serial (annotate them again if needed) and take the
 producer's loop names where they run over the same range (TVM calls them
 ``ax0``, ``ax1``...).
 
-It requires: a producer that is the only equation writing a temporary,
-either a plain assignment indexed by all its loops or a reduction with an
-implied initial value, without a guard, whose write is indexed by distinct
-loop variables per dimension (a dimension indexed by several variables, as
-after a split, only for a plain assignment and only where the loop needs
-all of that dimension or one element of it); no equation reading the temporary in a guard; a program without
-write-after-read dependences whose reads TVM can see covered by earlier
-writes (TVM's "stage pipeline"); a loop that does not already enclose the
-producer and encloses every equation reading the temporary; no
-vectorized loop down to it, and thread-bound loops only where every thread
-axis of the kernel is among them and the temporary is local (TVM computes a
-global or shared temporary for every thread of the block otherwise); every
-loop down to the chosen one used by each read of the temporary (otherwise
-the producer would be recomputed on every iteration of that loop); reads
-that make one box per iteration (affine indices of the same shape); and
-parallel loops down to it whose iterations read different elements.
+It requires:
+
+- a producer that is the only equation writing a temporary;
+- a producer that is either a plain assignment indexed by all its loops or a
+  reduction with an implied initial value;
+- a producer without a guard;
+- a producer whose write is indexed by distinct loop variables per dimension
+  (a dimension indexed by several variables, as after a split, only for a
+  plain assignment and only where the loop needs all of that dimension or
+  one element of it);
+- no equation reading the temporary in a guard;
+- a program without write-after-read dependences whose reads TVM can see
+  covered by earlier writes (TVM's "stage pipeline");
+- a loop that does not already enclose the producer and encloses every
+  equation reading the temporary;
+- no vectorized loop down to it;
+- thread-bound loops down to it only where every thread axis of the kernel
+  is among them and the temporary is local (TVM computes a global or shared
+  temporary for every thread of the block otherwise);
+- every loop down to the chosen one used by each read of the temporary
+  (otherwise the producer would be recomputed on every iteration of that
+  loop);
+- reads that make one box per iteration (affine indices of the same shape);
+- parallel loops down to it whose iterations read different elements.
 
 Example: compute the variance once per row, next to its use
 
@@ -114,54 +122,87 @@ STEPTP = "compute_at"
 
 
 class OutputTensor(NotApplicable):
+    """The producer writes an output: TVM moves only the computation of a temporary."""
+
     code = "compute_at-output"
 
 
 class NotComplete(NotApplicable):
+    """The producer is not the only equation writing its tensor, or is neither a plain
+    assignment indexed by all its loops nor a reduction with an implied initial value."""
+
     code = "compute_at-not-complete"
 
 
 class Guarded(NotApplicable):
+    """The producer has a guard: TVM rebuilds a moved equation's loops from what its readers
+    need."""
+
     code = "compute_at-guarded"
 
 
 class IndexNotLoops(NotApplicable):
+    """The producer's write is not indexed by distinct loop variables per dimension (that TVM
+    can invert)."""
+
     code = "compute_at-index-not-loops"
 
 
 class ReadInGuard(NotApplicable):
+    """An equation reads the temporary in its guard, which TVM does not count as a read."""
+
     code = "compute_at-read-in-guard"
 
 
 class NotStagePipeline(NotApplicable):
+    """The program is not what TVM calls a stage pipeline: a tensor is written after an equation
+    reads it, or a read is not covered by earlier writes."""
+
     code = "compute_at-not-stage-pipeline"
 
 
 class LoopEnclosesBlock(NotApplicable):
+    """The loop already encloses the producer."""
+
     code = "compute_at-loop-encloses-block"
 
 
 class ConsumerOutside(NotApplicable):
+    """An equation reading the temporary is outside the loop."""
+
     code = "compute_at-consumer-outside"
 
 
 class VectorLoop(NotApplicable):
+    """A loop down to the chosen one is vectorized: TVM vectorizes only the innermost loop."""
+
     code = "compute_at-vector-loop"
 
 
 class ThreadLoop(NotApplicable):
+    """The thread-bound loops down to the chosen one miss a thread axis of the kernel, or the
+    temporary is not local: every thread of the block would compute it."""
+
     code = "compute_at-thread-loop"
 
 
 class Recomputes(NotApplicable):
+    """A loop down to the chosen one is not used by a read of the temporary: the producer would
+    be recomputed on every iteration of it."""
+
     code = "compute_at-recomputes"
 
 
 class IrregularRead(NotApplicable):
+    """What an iteration of the loop reads of the temporary is not one box."""
+
     code = "compute_at-irregular-read"
 
 
 class Race(NotApplicable):
+    """Iterations of a parallel loop down to the chosen one read the same elements of the
+    temporary."""
+
     code = "compute_at-race"
 
 

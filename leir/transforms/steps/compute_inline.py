@@ -7,12 +7,16 @@ stored. This saves a pass over memory and the temporary itself (its
 declaration goes too); where a reader reads an element several times
 (a convolution window), the expression is evaluated that many times.
 
-It requires: a temporary (not an output) written by one equation only, a
-plain assignment (not a reduction) indexed by all its loops, without a
-guard, each dimension indexed by its own loop variable; and a program
-without write-after-read dependences whose reads TVM can see covered by
-earlier writes (TVM's "stage pipeline"), so that what the expression reads
-is the same where it is substituted.
+It requires:
+
+- a temporary (not an output) written by one equation only;
+- that equation a plain assignment (not a reduction) indexed by all its
+  loops;
+- that equation without a guard;
+- each dimension of its write indexed by its own loop variable;
+- a program without write-after-read dependences whose reads TVM can see
+  covered by earlier writes (TVM's "stage pipeline"), so that what the
+  expression reads is the same where it is substituted.
 
 Example: an activation computed inside the matrix product that reads it
 
@@ -93,26 +97,40 @@ STEPTP = "compute_inline"
 
 
 class OutputTensor(NotApplicable):
+    """The equation writes an output: only a temporary is inlined."""
+
     code = "compute_inline-output"
 
 
 class Reduction(NotApplicable):
+    """The equation is a reduction: only a plain assignment is inlined."""
+
     code = "compute_inline-reduction"
 
 
 class NotComplete(NotApplicable):
+    """The equation is not the only one writing its tensor, or is not a plain assignment indexed
+    by all its loops."""
+
     code = "compute_inline-not-complete"
 
 
 class Guarded(NotApplicable):
+    """The equation has a guard: inlined, the expression would be used where the guard said no."""
+
     code = "compute_inline-guarded"
 
 
 class IndexNotLoops(NotApplicable):
+    """A dimension of the write is not indexed by a loop variable of its own."""
+
     code = "compute_inline-index-not-loops"
 
 
 class NotStagePipeline(NotApplicable):
+    """The program is not what TVM calls a stage pipeline: a tensor is written after an equation
+    reads it, or a read is not covered by earlier writes."""
+
     code = "compute_inline-not-stage-pipeline"
 
 

@@ -10,14 +10,19 @@ often a whole kernel launch. Inputs keep their declared or inferred shape
 (a declaration is added where the removed code was what decided it), so
 the kernel keeps its parameters.
 
-It requires: for a tensor, a declared temporary (an inferred tensor that
-nobody reads is an output) read only by the equations that write it; for a
-block, either an unguarded-or-equally-guarded next equation in the same
-body writing the same element without reading the tensor, or a later
-unguarded equation writing every element of the tensor without reading
-it, sharing no loop with the block, with no equation reading the tensor
-between the two or inside a loop around the block, and any reader inside
-the overwriting loops reading each element after its overwrite.
+It requires:
+
+- for a tensor, a declared temporary (an inferred tensor that nobody reads
+  is an output);
+- for a tensor, no reader but the equations that write it;
+- for a block, either an unguarded-or-equally-guarded next equation in the
+  same body writing the same element without reading the tensor, or a later
+  unguarded equation writing every element of the tensor without reading it,
+  sharing no loop with the block;
+- for a block and such a later equation, no equation reading the tensor
+  between the two or inside a loop around the block;
+- for a block and such a later equation, any reader inside the overwriting
+  loops reading each element after its overwrite.
 
 Example: a temporary that nothing reads any more
 
@@ -113,18 +118,28 @@ STEPTP = "dead_code_elimination"
 
 
 class NotTemporary(NotApplicable):
+    """The tensor is not a declared temporary (an input, an output, or an inferred temporary):
+    only a declared temporary can be removed."""
+
     code = "dead_code_elimination-not-temporary"
 
 
 class TensorRead(NotApplicable):
+    """An equation other than its writers reads the tensor."""
+
     code = "dead_code_elimination-tensor-read"
 
 
 class ValueRead(NotApplicable):
+    """An equation reads what the block wrote before anything overwrites it."""
+
     code = "dead_code_elimination-value-read"
 
 
 class NotOverwritten(NotApplicable):
+    """Nothing overwrites what the block writes before it is read (no next equation writing the
+    same element, no later one writing every element without sharing a loop)."""
+
     code = "dead_code_elimination-not-overwritten"
 
 

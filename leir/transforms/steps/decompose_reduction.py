@@ -7,13 +7,18 @@ reduction then accumulates onto that value. The update loop nest no longer
 tests for its first iteration, and the initialisation can be scheduled on
 its own (vectorized, or placed where its writes stay in cache).
 
-It requires: an equation that is a reduction with its implied initial
-value (its tensor's first and only write), whose guard, if any, bounds
-single loop variables (TVM's condition for a reduction block) and holds at
-the first iteration of the reduction loops (where TVM runs the implied
-initial value; a guard that skips it leaves it unrun); and a loop
-around it that is not inside any of its reduction loops (the initial value
-is written before the accumulation starts).
+It requires:
+
+- an equation that is a reduction with its implied initial value (the first
+  write of its tensor);
+- the only equation writing its tensor;
+- a guard, if any, that bounds single loop variables (TVM's condition for a
+  reduction block);
+- a guard, if any, that holds at the first iteration of the reduction loops
+  (where TVM runs the implied initial value; a guard that skips it leaves it
+  unrun);
+- a loop around it that is not inside any of its reduction loops (the
+  initial value is written before the accumulation starts).
 
 Example: initialise the whole output first
 
@@ -92,18 +97,28 @@ STEPTP = None
 
 
 class NotReduction(NotApplicable):
+    """The equation is not a reduction with its implied initial value (the first write of its
+    tensor)."""
+
     code = "decompose_reduction-not-reduction"
 
 
 class WrittenElsewhere(NotApplicable):
+    """Another equation writes the reduction's tensor too."""
+
     code = "decompose_reduction-written-elsewhere"
 
 
 class Guard(NotApplicable):
+    """The reduction's guard does not bound single loop variables, or fails at the first
+    iteration of a reduction loop (where TVM runs the implied initial value)."""
+
     code = "decompose_reduction-guard"
 
 
 class LoopInsideReduction(NotApplicable):
+    """The loop is inside one of the reduction's loops."""
+
     code = "decompose_reduction-loop-inside-reduction"
 
 

@@ -7,12 +7,16 @@ the value already divided by, so no division by zero is added. Function
 arguments are split too; a reduction's combined operand is rewritten and
 the reduction kept.
 
-It requires: the equation computes in f16, bf16, f32 or f64; its value (a
-reduction's operand) has at most 64 syntax nodes and no ``inf``; it divides
-by something; some fraction has a sum (once multiplied out) above the line;
-the result divides, takes roots and logarithms only of what the value did
-or of what is provably nonzero, nonnegative or positive; and it reads the
-same tensors.
+It requires:
+
+- the equation computes in f16, bf16, f32 or f64;
+- its value (a reduction's operand) has at most 64 syntax nodes and no
+  ``inf``;
+- the value divides by something;
+- some fraction has a sum (once multiplied out) above the line;
+- the result divides, takes roots and logarithms only of what the value did
+  or of what is provably nonzero, nonnegative or positive;
+- the result reads the same tensors.
 
 Example: split over the row sum
 
@@ -66,6 +70,8 @@ NotFloat, TooLarge, Inexpressible, NoChange, Unsafe, ChangesReads = ERRORS = alg
 
 
 class NoFraction(NotApplicable):
+    """The value divides by nothing: splitting a fraction works on fractions."""
+
     code = "expand_cancellation-no-fraction"
 
 

@@ -7,12 +7,15 @@ sum among their factors, at the outermost sums or products of the value
 as written. A reduction's combined operand is rewritten and the reduction
 kept.
 
-It requires: the equation computes in f16, bf16, f32 or f64; its value (a
-reduction's operand) has at most 64 syntax nodes and no ``inf``; an
-outermost product has exactly one sum among its factors; the result
-divides, takes roots and logarithms only of what the value did or of what
-is provably nonzero, nonnegative or positive; and it reads the same
-tensors.
+It requires:
+
+- the equation computes in f16, bf16, f32 or f64;
+- its value (a reduction's operand) has at most 64 syntax nodes and no
+  ``inf``;
+- an outermost product has exactly one sum among its factors;
+- the result divides, takes roots and logarithms only of what the value did
+  or of what is provably nonzero, nonnegative or positive;
+- the result reads the same tensors.
 
 Example: distribute the row scale
 

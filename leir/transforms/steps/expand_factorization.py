@@ -8,11 +8,15 @@ Function arguments are expanded too; ``exp(a + b)`` is not split (that is
 ``expand_powsimp``). A reduction's combined operand is expanded and the
 reduction kept.
 
-It requires: the equation computes in f16, bf16, f32 or f64; its value (a
-reduction's operand) has at most 64 syntax nodes and no ``inf``; expanding
-changes it; the result divides, takes roots and logarithms only of what the
-value did or of what is provably nonzero, nonnegative or positive; and it
-reads the same tensors.
+It requires:
+
+- the equation computes in f16, bf16, f32 or f64;
+- its value (a reduction's operand) has at most 64 syntax nodes and no
+  ``inf``;
+- expanding changes the value;
+- the result divides, takes roots and logarithms only of what the value did
+  or of what is provably nonzero, nonnegative or positive;
+- the result reads the same tensors.
 
 Example: expand the exact GELU
 

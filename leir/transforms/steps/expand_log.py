@@ -7,12 +7,16 @@ where each factor is provably positive (a sum of ``exp``, an ``exp``),
 never for inputs. A reduction's combined operand is rewritten and the
 reduction kept.
 
-It requires: the equation computes in f16, bf16, f32 or f64; its value (a
-reduction's operand) has at most 64 syntax nodes and no ``inf``; it has a
-logarithm of a product, quotient or power whose factors are provably
-positive; the result divides, takes roots and logarithms only of what the
-value did or of what is provably nonzero, nonnegative or positive; and it
-reads the same tensors.
+It requires:
+
+- the equation computes in f16, bf16, f32 or f64;
+- its value (a reduction's operand) has at most 64 syntax nodes and no
+  ``inf``;
+- the value has a logarithm of a product, quotient or power whose factors
+  are provably positive;
+- the result divides, takes roots and logarithms only of what the value did
+  or of what is provably nonzero, nonnegative or positive;
+- the result reads the same tensors.
 
 Example: the log of a product of two row sums
 
@@ -66,6 +70,9 @@ NotFloat, TooLarge, Inexpressible, NoChange, Unsafe, ChangesReads = ERRORS = alg
 
 
 class NotPositive(NotApplicable):
+    """The value's logarithms have factors that are not provably positive: splitting a logarithm
+    is only true for positive factors."""
+
     code = "expand_log-not-positive"
 
 

@@ -10,12 +10,16 @@ A power whose exponent is a difference (``exp(X - M)``) is never split:
 ``exp(X)*exp(-M)`` overflows where ``exp(X - M)`` does not, and subtracting
 the row maximum before ``exp`` is exactly what keeps a softmax finite.
 
-It requires: the equation computes in f16, bf16, f32 or f64; its value (a
-reduction's operand) has at most 64 syntax nodes and no ``inf``; it has a
-power of a sum whose terms all have the same sign, or a power of a product
-of nonnegative bases; the result divides, takes roots and logarithms only
-of what the value did or of what is provably nonzero, nonnegative or
-positive; and it reads the same tensors.
+It requires:
+
+- the equation computes in f16, bf16, f32 or f64;
+- its value (a reduction's operand) has at most 64 syntax nodes and no
+  ``inf``;
+- the value has a power of a sum whose terms all have the same sign, or a
+  power of a product of nonnegative bases;
+- the result divides, takes roots and logarithms only of what the value did
+  or of what is provably nonzero, nonnegative or positive;
+- the result reads the same tensors.
 
 Example: split an exp of a sum
 
@@ -63,6 +67,9 @@ NotFloat, TooLarge, Inexpressible, NoChange, Unsafe, ChangesReads = ERRORS = alg
 
 
 class UnstableExp(NotApplicable):
+    """The only powers to split have a difference in their exponent (``exp(x - m)``): split,
+    they can overflow where the difference does not."""
+
     code = "expand_powsimp-unstable-exp"
 
 

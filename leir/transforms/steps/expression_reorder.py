@@ -8,13 +8,18 @@ can then hoist out of the ``h`` and ``w`` loops. Sums are grouped the same
 way: ``X_{i,j} - M_{i} - log(Z_{i})`` becomes ``X_{i,j} - (M_{i} +
 log(Z_{i}))``. Products may contain divisions (in floating point).
 
-It requires: a chain of ``+``/``-`` or of ``*`` (and ``/`` for floating
-point) in an equation's value (not in an index or a condition, not the
-accumulation of a reduction itself), no loop variable used as an operand,
-at least two operands that do not depend on the chosen loop and one that
-does, not already grouped that way. Reassociating floating-point
-arithmetic changes rounding: the result is equal up to rounding (exact for
-integers).
+It requires:
+
+- a chain of ``+``/``-`` or of ``*`` (and ``/`` for floating point) in an
+  equation's value (not in an index or a condition, not the accumulation of
+  a reduction itself);
+- no loop variable used as an operand;
+- at least two operands that do not depend on the chosen loop;
+- an operand that does depend on it;
+- those operands not already grouped that way.
+
+Reassociating floating-point arithmetic changes rounding: the result is
+equal up to rounding (exact for integers).
 
 Example: the per-channel factors of a batch norm grouped together
 
@@ -83,14 +88,20 @@ STEPTP = "expression_reorder"
 
 
 class TooFewInvariant(NotApplicable):
+    """Fewer than two operands of the chain do not depend on the chosen loop."""
+
     code = "expression_reorder-too-few-invariant"
 
 
 class AllInvariant(NotApplicable):
+    """No operand of the chain depends on the chosen loop: it is already one invariant group."""
+
     code = "expression_reorder-all-invariant"
 
 
 class AlreadyGrouped(NotApplicable):
+    """The chain already computes its operands that do not depend on the loop together."""
+
     code = "expression_reorder-already-grouped"
 
 

@@ -11,17 +11,26 @@ temporary is indexed by the loops around that place. With ``"mode":
 becomes ``C += a; C += b`` (also ``C *= a*b`` and ``max``/``min``): each part
 can then be scheduled, fissioned or fused on its own.
 
-It requires: for a temporary, a subexpression that computes a number from
-at least one tensor (not a lone access or literal, not an index expression
-or a condition, not inside an ``if_then_else``), is a proper part of the
-right-hand side, does not read the tensor the equation writes, reads
-nothing that an equation between the temporary and the use writes (the
-loops the temporary is hoisted out of), and does not depend on a
-vectorized loop (TVM 0.27 computes a temporary written and read inside one
-vectorized loop wrong); for accumulations, a right-hand
-side (or a reduction's operand) whose outermost operation is one of those
-listed, on numbers (not booleans). Splitting a reduction's operand
-reassociates it: the result is equal up to rounding.
+It requires:
+
+- for a temporary, a subexpression that computes a number from at least one
+  tensor (not a lone access or literal, not an index expression or a
+  condition, not inside an ``if_then_else``);
+- for a temporary, a subexpression that is a proper part of the right-hand
+  side;
+- for a temporary, a subexpression that does not read the tensor the
+  equation writes;
+- for a temporary, a subexpression that reads nothing that an equation
+  between the temporary and the use writes (the loops the temporary is
+  hoisted out of);
+- for a temporary, a subexpression that does not depend on a vectorized loop
+  (TVM 0.27 computes a temporary written and read inside one vectorized loop
+  wrong);
+- for accumulations, a right-hand side (or a reduction's operand) whose
+  outermost operation is one of those listed, on numbers (not booleans).
+
+Splitting a reduction's operand reassociates it: the result is equal up to
+rounding.
 
 Example: compute the row scale of a layer norm once per row
 
@@ -104,18 +113,29 @@ MODES = ("temporary", "accumulations")
 
 
 class ReadsOwnOutput(NotApplicable):
+    """The subexpression reads the tensor the equation writes."""
+
     code = "expression_splitting-reads-own-output"
 
 
 class OperandChanges(NotApplicable):
+    """An equation between the temporary and the use writes what the subexpression reads (in the
+    loops the temporary is hoisted out of)."""
+
     code = "expression_splitting-operand-changes"
 
 
 class NotSplittable(NotApplicable):
+    """The right-hand side (or reduction's operand) has no outermost operation that splits into
+    accumulations, or it is not on numbers."""
+
     code = "expression_splitting-not-splittable"
 
 
 class VectorizedTemporary(NotApplicable):
+    """The subexpression depends on a vectorized loop: TVM 0.27 computes a temporary written and
+    read inside one vectorized loop wrong."""
+
     code = "expression_splitting-vectorized-temporary"
 
 

@@ -7,11 +7,15 @@ out what it cannot factor). Function arguments are factored too; an
 ``exp``, ``log`` or root is never opened up. A reduction's combined operand
 is factored and the reduction kept.
 
-It requires: the equation computes in f16, bf16, f32 or f64; its value (a
-reduction's operand) has at most 64 syntax nodes and no ``inf``; factoring
-saves operations; the result divides, takes roots and logarithms only of
-what the value did or of what is provably nonzero, nonnegative or positive;
-and it reads the same tensors.
+It requires:
+
+- the equation computes in f16, bf16, f32 or f64;
+- its value (a reduction's operand) has at most 64 syntax nodes and no
+  ``inf``;
+- factoring saves operations;
+- the result divides, takes roots and logarithms only of what the value did
+  or of what is provably nonzero, nonnegative or positive;
+- the result reads the same tensors.
 
 Example: pull out a shared factor
 

@@ -7,13 +7,17 @@ loop enough iterations to share among all cores, or a GPU enough threads
 to bind to one axis, and it is how loops are regrouped after a split. The
 order of iterations does not change, so neither does the result.
 
-It requires: the inner loop directly inside the outer one and the only
-thing in its body; both loops serial (L) and starting at 0 (fuse before
-annotating: TVM's fuse drops a parallel, vectorized, unrolled or
-thread-bound annotation); both loops of the same role for every equation
-inside: both index the written element or neither does (a fused loop
-cannot be partly a reduction axis); and a product of extents that a
-32-bit loop variable can count.
+It requires:
+
+- the inner loop directly inside the outer one;
+- nothing but the inner loop in the outer loop's body (no equation or other
+  loop beside it);
+- both loops serial (L) and starting at 0 (fuse before annotating: TVM's
+  fuse drops a parallel, vectorized, unrolled or thread-bound annotation);
+- both loops of the same role for every equation inside: both index the
+  written element or neither does (a fused loop cannot be partly a reduction
+  axis);
+- a product of extents that a 32-bit loop variable can count.
 
 Example: fuse the output loops of a matrix multiply
 
@@ -67,26 +71,41 @@ MAX_EXTENT = 2**31 - 1
 
 
 class LoopsNotNested(NotApplicable):
+    """The inner loop is not directly inside the outer one."""
+
     code = "fuse-loops-not-nested"
 
 
 class NotOnlyChild(NotApplicable):
+    """The outer loop's body holds more than the inner loop (an equation or another loop beside
+    it)."""
+
     code = "fuse-not-only-child"
 
 
 class LoopNotSerial(NotApplicable):
+    """A loop is not serial (L): TVM's fuse drops a parallel, vectorized, unrolled or
+    thread-bound annotation."""
+
     code = "fuse-loop-not-serial"
 
 
 class LoopStartNotZero(NotApplicable):
+    """A loop does not start at 0."""
+
     code = "fuse-loop-start-not-zero"
 
 
 class MixedAxes(NotApplicable):
+    """The loops play different roles for an equation inside: one indexes the written element
+    and the other does not."""
+
     code = "fuse-mixed-axes"
 
 
 class ExtentTooLarge(NotApplicable):
+    """The product of the extents is more than a 32-bit loop variable can count."""
+
     code = "fuse-extent-too-large"
 
 

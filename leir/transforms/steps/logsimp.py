@@ -7,12 +7,15 @@ positive (a sum of ``exp``, an ``exp``), never for inputs. The product can
 overflow where the sum of logarithms does not; that is not analysed. A
 reduction's combined operand is rewritten and the reduction kept.
 
-It requires: the equation computes in f16, bf16, f32 or f64; its value (a
-reduction's operand) has at most 64 syntax nodes and no ``inf``; it has
-logarithms to combine whose arguments are provably positive; the result
-divides, takes roots and logarithms only of what the value did or of what
-is provably nonzero, nonnegative or positive; and it reads the same
-tensors.
+It requires:
+
+- the equation computes in f16, bf16, f32 or f64;
+- its value (a reduction's operand) has at most 64 syntax nodes and no
+  ``inf``;
+- the value has logarithms to combine whose arguments are provably positive;
+- the result divides, takes roots and logarithms only of what the value did
+  or of what is provably nonzero, nonnegative or positive;
+- the result reads the same tensors.
 
 Example: one log of two row sums
 
@@ -66,6 +69,9 @@ NotFloat, TooLarge, Inexpressible, NoChange, Unsafe, ChangesReads = ERRORS = alg
 
 
 class NotPositive(NotApplicable):
+    """The value has logarithms whose arguments are not provably positive: combining logarithms
+    is only true for positive arguments."""
+
     code = "logsimp-not-positive"
 
 

@@ -12,14 +12,21 @@ element (compare ``prefix_sum_exp``, which keeps every prefix). The fused
 nest runs the max unit's row loops, with their kinds, around its
 reduction loop.
 
-It requires: a sum ``Z += exp(x - M)`` whose M is written once, by a max
-``M = max(M, x)`` of the same ``x``, over the same rows and the same loop
-(loop names and order may differ); both reductions the first write of
-their tensor, over one loop starting at 0, unguarded, alone under their
-loop, with affine indices that tell the rows apart; both units in the same
-loop body, with nothing between them writing what the sum reads; a
-floating-point M (it starts at -inf); no vectorized row loop (the
-reduction loop moves inside the row loops).
+It requires:
+
+- a sum ``Z += exp(x - M)``;
+- an M written once, by a max ``M = max(M, x)``;
+- a max of the same ``x`` as the sum, over the same rows and the same loop
+  (loop names and order may differ);
+- both reductions the first write of their tensor;
+- both reductions over one loop starting at 0;
+- both reductions unguarded;
+- both reductions alone under their loop;
+- both reductions with affine indices that tell the rows apart;
+- both units in the same loop body, with nothing between them writing what
+  the sum reads;
+- a floating-point M (it starts at -inf);
+- no vectorized row loop (the reduction loop moves inside the row loops).
 
 Example: the max and the sum of a softmax
 

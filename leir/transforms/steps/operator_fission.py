@@ -7,13 +7,16 @@ starts. Fission separates operators that want different schedules (a
 reduction and an elementwise map), shrinks the working set of each loop,
 and undoes a fusion that did not pay off.
 
-It requires: the chosen block is not in the first item of the body of the
-nest that holds the loop; and no element that one part writes and the other
-touches is touched by the second part at an earlier iteration of the
-repeated loops than by the first (so that running the first part to
-completion first changes nothing), with parallel, vectorized and
-thread-bound repeated loops touching such an element in one iteration
-only.
+It requires:
+
+- a chosen block that is not in the first item of the body of the nest that
+  holds the loop;
+- no element that one part writes and the other touches touched by the
+  second part at an earlier iteration of the repeated loops than by the
+  first (so that running the first part to completion first changes
+  nothing);
+- parallel, vectorized and thread-bound repeated loops touching such an
+  element in one iteration only.
 
 Example: split the fused max and sum of a softmax back into two nests
 
@@ -92,10 +95,16 @@ STEPTP = "operator_fission"
 
 
 class NothingBefore(NotApplicable):
+    """The chosen block is in the first item of the loop's body: nothing would run before it."""
+
     code = "operator_fission-nothing-before"
 
 
 class DependenceViolated(NotApplicable):
+    """Running the first part to completion first would change something: the second part
+    touches an element the other writes at an earlier iteration, or a parallel, vectorized or
+    thread-bound repeated loop touches it in two iterations."""
+
     code = "operator_fission-dependence"
 
 

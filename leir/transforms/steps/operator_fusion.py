@@ -7,19 +7,24 @@ loops below stay as two nests inside the fused ones. Fusion lets the second
 computation read what the first wrote while it is still in cache or
 registers, and turns two passes over the data into one.
 
-It requires: a next nest right after this one in the same body, whose first
-loops down to the fused one match these loops in kind, extent and start; no
-element that one nest writes and the other touches is touched by the
-second nest at an earlier iteration of the fused loops than by the first
-(an iteration of the fused loops must find everything it reads from the
-first nest complete), with parallel, vectorized and thread-bound fused loops
-touching such an element only in one iteration, and a temporary used by
-the two nests alone passed within one iteration (TVM allocates such a
-temporary inside the fused loops); when a fused loop is bound to a thread
-axis, no other thread-bound loop left inside either nest (threads of one
-kernel do not wait for each other between the two parts); and no
-temporary used by the two nests alone written and read inside a fused
-vectorized loop (TVM 0.27 computes it wrong).
+It requires:
+
+- a next nest right after this one in the same body;
+- first loops of the next nest, down to the fused one, that match these
+  loops in kind, extent and start;
+- no element that one nest writes and the other touches touched by the
+  second nest at an earlier iteration of the fused loops than by the first
+  (an iteration of the fused loops must find everything it reads from the
+  first nest complete);
+- parallel, vectorized and thread-bound fused loops touching such an element
+  only in one iteration;
+- a temporary used by the two nests alone passed within one iteration (TVM
+  allocates such a temporary inside the fused loops);
+- when a fused loop is bound to a thread axis, no other thread-bound loop
+  left inside either nest (threads of one kernel do not wait for each other
+  between the two parts);
+- no temporary used by the two nests alone written and read inside a fused
+  vectorized loop (TVM 0.27 computes it wrong).
 
 What operator-level steps share -- where a nest sits in the program,
 renaming loop variables (``leir.transforms.lib.nests``), and
@@ -121,22 +126,37 @@ STEPTP = "operator_fusion"
 
 
 class NoNextNest(NotApplicable):
+    """No nest comes right after this one in the same body."""
+
     code = "operator_fusion-no-next-nest"
 
 
 class HeadersDiffer(NotApplicable):
+    """The next nest's first loops, down to the fused one, do not match these loops in kind,
+    extent and start."""
+
     code = "operator_fusion-headers-differ"
 
 
 class DependenceViolated(NotApplicable):
+    """An iteration of the fused loops would not find everything it reads from the first nest
+    complete (or a parallel, vectorized or thread-bound fused loop touches such an element in
+    two iterations, or a shared temporary crosses iterations)."""
+
     code = "operator_fusion-dependence"
 
 
 class UnsynchronizedThreads(NotApplicable):
+    """A fused loop is bound to a thread axis and another thread-bound loop is left inside a
+    nest: threads of one kernel do not wait for each other."""
+
     code = "operator_fusion-unsynchronized-threads"
 
 
 class VectorizedTemporary(NotApplicable):
+    """A temporary used by the two nests alone would be written and read inside a fused
+    vectorized loop, which TVM 0.27 computes wrong."""
+
     code = "operator_fusion-vectorized-temporary"
 
 

@@ -4,16 +4,21 @@ A parallel loop (``P``) splits its iterations among threads; the outermost
 data-parallel loop of a nest is the usual choice, with enough iterations to
 keep every core busy and enough work in each to pay for starting them.
 
-It requires: a serial (L) loop of at least 2 iterations; no parallel loop
-around it or inside it (TVM cannot nest parallel regions), no vectorized
-loop around it, and no thread-bound loop around it or inside it (a GPU
-kernel binds threads instead); a loop that is a spatial axis of every
-equation under it (not a reduction axis: iterations would add into the same
-element at once); equations under it that TVM can schedule (each computes a
-fresh value or a reduction with its implied initial value, is the only
-writer of its tensor under the loop, and a reduction's guard bounds single
-loop variables); and no dependence between iterations (no iteration reads
-or writes an element that another writes).
+It requires:
+
+- a serial (L) loop of at least 2 iterations;
+- no parallel loop around it or inside it (TVM cannot nest parallel
+  regions);
+- no vectorized loop around it;
+- no thread-bound loop around it or inside it (a GPU kernel binds threads
+  instead);
+- a loop that is a spatial axis of every equation under it (not a reduction
+  axis: iterations would add into the same element at once);
+- equations under it that TVM can schedule (each computes a fresh value or a
+  reduction with its implied initial value, is the only writer of its tensor
+  under the loop, and a reduction's guard bounds single loop variables);
+- no dependence between iterations (no iteration reads or writes an element
+  that another writes).
 
 Example: rows in parallel
 
@@ -87,34 +92,56 @@ STEPTP = "loop_parallelization"
 
 
 class LoopNotSerial(NotApplicable):
+    """The loop is not serial (L): only a serial loop is parallelized."""
+
     code = "parallelize-loop-not-serial"
 
 
 class LoopTooShort(NotApplicable):
+    """The loop has fewer than 2 iterations: nothing to run in parallel."""
+
     code = "parallelize-loop-too-short"
 
 
 class NestedParallel(NotApplicable):
+    """A parallel loop is around or inside the loop: TVM cannot nest parallel regions."""
+
     code = "parallelize-nested-parallel"
 
 
 class InsideVector(NotApplicable):
+    """The loop is inside a vectorized loop: threads cannot start inside a vector operation."""
+
     code = "parallelize-inside-vector"
 
 
 class InKernel(NotApplicable):
+    """A thread-bound loop is around or inside the loop: a GPU kernel binds threads (``bind``)
+    instead of running parallel loops."""
+
     code = "parallelize-in-kernel"
 
 
 class ReductionAxis(NotApplicable):
+    """The loop is a reduction axis of an equation under it: its iterations would add into the
+    same element at once."""
+
     code = "parallelize-reduction-axis"
 
 
 class NotCompactDataflow(NotApplicable):
+    """An equation under the loop is not one TVM can schedule: each must compute a fresh value
+    or a reduction with its implied initial value, be the only writer of its tensor under the
+    loop (written before it is read there), and a reduction's guard must bound single loop
+    variables."""
+
     code = "parallelize-not-compact-dataflow"
 
 
 class Dependence(NotApplicable):
+    """Iterations of the loop may depend on each other: one may read or write an element that
+    another writes."""
+
     code = "parallelize-dependence"
 
 

@@ -6,11 +6,15 @@
 the bases nonnegative (a sum of squares, an ``exp``), never for inputs. A
 reduction's combined operand is rewritten and the reduction kept.
 
-It requires: the equation computes in f16, bf16, f32 or f64; its value (a
-reduction's operand) has at most 64 syntax nodes and no ``inf``; combining
-changes it; the result divides, takes roots and logarithms only of what the
-value did or of what is provably nonzero, nonnegative or positive; and it
-reads the same tensors.
+It requires:
+
+- the equation computes in f16, bf16, f32 or f64;
+- its value (a reduction's operand) has at most 64 syntax nodes and no
+  ``inf``;
+- combining changes the value;
+- the result divides, takes roots and logarithms only of what the value did
+  or of what is provably nonzero, nonnegative or positive;
+- the result reads the same tensors.
 
 Example: one exp instead of two
 

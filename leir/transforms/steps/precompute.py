@@ -12,18 +12,23 @@ equation's outermost nest, or else inside the nests around the equation
 (after ``compute_at`` fused them), right before the part that holds it. It
 is named ``r`` (or ``r_1``... when taken).
 
-It requires: a subexpression of the equation's value (not inside a
-condition or an index, not in a bool computation) that performs an
-operation or a call on at least one tensor (not a lone access or
-constant); that does not use every loop around the equation; that is the
-largest such part around it (precompute ``rsqrt(v + e)``, not ``v + e``
-inside it); a place to compute it, where the loops around are all loops it
-depends on and nothing between it and the equation (the equation's nest,
-or the part of it holding the equation) writes what it reads; a guard, if
-any, that uses only loops the subexpression depends on (it is copied); and,
-in a program that binds loops to GPU threads, a place under thread-bound
-loops (at least one for a nest of its own, all the kernel's thread axes
-inside a kernel).
+It requires:
+
+- a subexpression of the equation's value (not inside a condition or an
+  index, not in a bool computation);
+- a subexpression that performs an operation or a call on at least one
+  tensor (not a lone access or constant);
+- a subexpression that does not use every loop around the equation;
+- a subexpression that is the largest such part around it (precompute
+  ``rsqrt(v + e)``, not ``v + e`` inside it);
+- a place to compute it, where the loops around are all loops it depends on
+  and nothing between it and the equation (the equation's nest, or the part
+  of it holding the equation) writes what it reads;
+- a guard, if any, that uses only loops the subexpression depends on (it is
+  copied);
+- in a program that binds loops to GPU threads, a place under thread-bound
+  loops (at least one for a nest of its own, all the kernel's thread axes
+  inside a kernel).
 
 Example: one reciprocal square root per row of a layer norm
 
@@ -143,30 +148,47 @@ _RESERVED = frozenset({"in", "out", "tmp", "where", "inf"}) | frozenset(A.DTYPES
 
 
 class InCondition(NotApplicable):
+    """The subexpression is inside a condition, an index or a bool computation."""
+
     code = "precompute-in-condition"
 
 
 class Trivial(NotApplicable):
+    """The subexpression performs no operation or call on a tensor (a lone value, or constants
+    and loop variables)."""
+
     code = "precompute-trivial"
 
 
 class NotInvariant(NotApplicable):
+    """The subexpression uses every loop around the equation."""
+
     code = "precompute-not-invariant"
 
 
 class ReadsWritten(NotApplicable):
+    """The subexpression reads a tensor that an equation between its place and the equation
+    writes."""
+
     code = "precompute-reads-written"
 
 
 class NotMaximal(NotApplicable):
+    """The subexpression is part of a larger one that does not use every loop either."""
+
     code = "precompute-not-maximal"
 
 
 class Guarded(NotApplicable):
+    """The equation's guard uses loops the subexpression does not depend on."""
+
     code = "precompute-guarded"
 
 
 class OnHost(NotApplicable):
+    """In a program that binds loops to GPU threads, the subexpression would be computed outside
+    the thread-bound loops."""
+
     code = "precompute-on-host"
 
 

@@ -9,10 +9,16 @@ is needed any more, and every intermediate maximum is kept: the first step
 towards an online softmax (``prefix_sum_exp`` and ``online_softmax``), where
 the sum of exponentials is rescaled each time the running maximum grows.
 
-It requires: a max reduction ``M = max(M, x)`` that is the first write of
-M (its initial value implied), over exactly one loop that starts at 0,
-unguarded, alone under that loop, and with every element of M the maximum
-of one row (an affine index that tells the rows apart).
+It requires:
+
+- a max reduction ``M = max(M, x)``;
+- a max that is the first write of M (its initial value implied);
+- a max over exactly one loop;
+- that loop starting at 0;
+- a max without a guard;
+- a max alone under that loop;
+- every element of M the maximum of one row (an affine index that tells the
+  rows apart).
 
 Example: the row max of a softmax
 

@@ -9,12 +9,19 @@ unit and the sum unit become one nest over the same loops, reading ``x``
 once: the step between ``prefix_max`` and ``online_softmax``, which keeps
 only the running values instead of every prefix.
 
-It requires: a sum ``Z += exp(x - M)`` whose M is written once, by a max
-``M = max(M, x)`` of the same ``x``, over the same rows and the same loop
-(loop names and order may differ); both reductions the first write of
-their tensor, over one loop starting at 0, unguarded, alone under their
-loop, with affine indices that tell the rows apart; both units in the same
-loop body, with nothing between them writing what the sum reads.
+It requires:
+
+- a sum ``Z += exp(x - M)``;
+- an M written once, by a max ``M = max(M, x)``;
+- a max of the same ``x`` as the sum, over the same rows and the same loop
+  (loop names and order may differ);
+- both reductions the first write of their tensor;
+- both reductions over one loop starting at 0;
+- both reductions unguarded;
+- both reductions alone under their loop;
+- both reductions with affine indices that tell the rows apart;
+- both units in the same loop body, with nothing between them writing what
+  the sum reads.
 
 Example: the max and the sum of a softmax become one pass
 

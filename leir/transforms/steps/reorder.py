@@ -13,16 +13,21 @@ runs in the opposite order. Accumulating into a reduction (``+=``, ``*=``,
 ``max``, ``min``) in another order is allowed: the combiner is associative
 and commutative, and the result differs at most by rounding.
 
-It requires: the inner loop directly inside the outer one and the only
-thing in its body (no equation or other loop beside it); neither loop bound
-to a GPU thread; the inner loop not vectorized (a vectorized loop stays
-innermost); guards under the loops that TVM keeps around reordered
-loops: each conjunct bounds at most one of the loops moved, written as
-``i < n``, ``i + c <= n`` or ``n > i``; when the inner loop is parallel,
-no element accessed, with a write among the accesses, by two of its
-iterations (with the outer loop inside, they all run at once); and no
-element accessed, with a write among the accesses, by two iterations whose
-order the swap reverses (a reduction's own accumulation excepted).
+It requires:
+
+- the inner loop directly inside the outer one;
+- nothing but the inner loop in the outer loop's body (no equation or other
+  loop beside it);
+- neither loop bound to a GPU thread;
+- the inner loop not vectorized (a vectorized loop stays innermost);
+- guards under the loops that TVM keeps around reordered loops: each
+  conjunct bounds at most one of the loops moved, written as ``i < n``,
+  ``i + c <= n`` or ``n > i``;
+- when the inner loop is parallel, no element accessed, with a write among
+  the accesses, by two of its iterations (with the outer loop inside, they
+  all run at once);
+- no element accessed, with a write among the accesses, by two iterations
+  whose order the swap reverses (a reduction's own accumulation excepted).
 
 Example: move the reduction loop outward
 
@@ -98,30 +103,47 @@ STEPTP = "loop_reorder"
 
 
 class LoopsNotNested(NotApplicable):
+    """The inner loop is not directly inside the outer one."""
+
     code = "reorder-loops-not-nested"
 
 
 class NotOnlyChild(NotApplicable):
+    """The outer loop's body holds more than the inner loop (an equation or another loop beside
+    it)."""
+
     code = "reorder-not-only-child"
 
 
 class ThreadBound(NotApplicable):
+    """A loop is bound to a GPU thread: all its iterations run at once."""
+
     code = "reorder-thread-bound"
 
 
 class VectorOutward(NotApplicable):
+    """The inner loop is vectorized: a vectorized loop stays innermost."""
+
     code = "reorder-vector-outward"
 
 
 class GuardNotBound(NotApplicable):
+    """A guard under the loops is not one TVM keeps around reordered loops (each conjunct
+    bounding at most one of the loops moved)."""
+
     code = "reorder-guard"
 
 
 class ParallelRace(NotApplicable):
+    """The inner loop is parallel and two of its iterations access an element, one writing it:
+    with the outer loop inside, they would run at once."""
+
     code = "reorder-parallel-race"
 
 
 class DependenceReversed(NotApplicable):
+    """Swapping the loops reverses the order of two accesses to an element, one a write."""
+
     code = "reorder-dependence"
 
 

@@ -9,21 +9,29 @@ creates are serial (annotate them again if needed) and take the
 consumer's loop names where they run over the same range (TVM calls them
 ``ax0``, ``ax1``...).
 
-It requires: a consumer that is the only equation writing its tensor,
-either a plain assignment indexed by all its loops or a reduction with an
-implied initial value, without a guard, reading at least one computed
-tensor, each always at the same element and indexed by distinct loop
-variables (several variables per dimension only when they are all of its
-loops, and the loop finishes that whole dimension or one element of it); a
-program without write-after-read dependences whose reads TVM can see
-covered by earlier writes (TVM's "stage pipeline"); a loop that does not
-already enclose the consumer and encloses every equation computing what it
-reads; no vectorized loop down to it, and thread-bound loops only where
-every thread axis of the kernel is among them; every loop down to the
-chosen one indexing what those equations write (otherwise the consumer
-would be recomputed on each of its iterations from unfinished values); and
-parallel loops down to it that give each iteration its own elements of the
-consumer's tensor.
+It requires:
+
+- a consumer that is the only equation writing its tensor;
+- a consumer that is either a plain assignment indexed by all its loops or a
+  reduction with an implied initial value;
+- a consumer without a guard;
+- a consumer reading at least one computed tensor;
+- each computed tensor read always at the same element and indexed by
+  distinct loop variables (several variables per dimension only when they
+  are all of its loops, and the loop finishes that whole dimension or one
+  element of it);
+- a program without write-after-read dependences whose reads TVM can see
+  covered by earlier writes (TVM's "stage pipeline");
+- a loop that does not already enclose the consumer and encloses every
+  equation computing what it reads;
+- no vectorized loop down to it;
+- thread-bound loops down to it only where every thread axis of the kernel
+  is among them;
+- every loop down to the chosen one indexing what those equations write
+  (otherwise the consumer would be recomputed on each of its iterations from
+  unfinished values);
+- parallel loops down to it that give each iteration its own elements of the
+  consumer's tensor.
 
 Example: apply the epilogue to each element right after it is computed
 
@@ -112,50 +120,80 @@ STEPTP = "reverse_compute_at"
 
 
 class NotComplete(NotApplicable):
+    """The consumer is not the only equation writing its tensor, or is neither a plain
+    assignment indexed by all its loops nor a reduction with an implied initial value."""
+
     code = "reverse_compute_at-not-complete"
 
 
 class Guarded(NotApplicable):
+    """The consumer has a guard: TVM rebuilds a moved equation's loops from what is computed
+    before."""
+
     code = "reverse_compute_at-guarded"
 
 
 class NoProducer(NotApplicable):
+    """The consumer reads no computed tensor: nothing ties it to another nest."""
+
     code = "reverse_compute_at-no-producer"
 
 
 class IndexNotLoops(NotApplicable):
+    """The consumer reads a computed tensor at an index TVM cannot invert (not always the same
+    element, or not distinct loop variables)."""
+
     code = "reverse_compute_at-index-not-loops"
 
 
 class NotStagePipeline(NotApplicable):
+    """The program is not what TVM calls a stage pipeline: a tensor is written after an equation
+    reads it, or a read is not covered by earlier writes."""
+
     code = "reverse_compute_at-not-stage-pipeline"
 
 
 class LoopEnclosesBlock(NotApplicable):
+    """The loop already encloses the consumer."""
+
     code = "reverse_compute_at-loop-encloses-block"
 
 
 class ProducerOutside(NotApplicable):
+    """An equation computing what the consumer reads is outside the loop."""
+
     code = "reverse_compute_at-producer-outside"
 
 
 class VectorLoop(NotApplicable):
+    """A loop down to the chosen one is vectorized: TVM vectorizes only the innermost loop."""
+
     code = "reverse_compute_at-vector-loop"
 
 
 class ThreadLoop(NotApplicable):
+    """The thread-bound loops down to the chosen one miss a thread axis of the kernel."""
+
     code = "reverse_compute_at-thread-loop"
 
 
 class Recomputes(NotApplicable):
+    """A loop down to the chosen one does not index what the producers write: the consumer would
+    be recomputed on each of its iterations from unfinished values."""
+
     code = "reverse_compute_at-recomputes"
 
 
 class IrregularWrite(NotApplicable):
+    """What an iteration of the loop computes of a tensor the consumer reads is not one box."""
+
     code = "reverse_compute_at-irregular-write"
 
 
 class Race(NotApplicable):
+    """Iterations of a parallel loop down to the chosen one would write the same elements of the
+    consumer's tensor."""
+
     code = "reverse_compute_at-race"
 
 

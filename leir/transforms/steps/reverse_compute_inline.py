@@ -7,15 +7,22 @@ tensor is never stored (its declaration goes too). This is how an
 epilogue (a bias, an activation) joins the elementwise computation before
 it when the consumer's result, not the producer's, is the one that stays.
 
-It requires: a consumer that is the only equation writing its tensor, a
-plain assignment (not a reduction) indexed by all its loops, without a
-guard, that reads exactly one computed tensor, always at the same element,
-indexed by its own loop variables (one per dimension, each loop once); that
-tensor a temporary read by no other equation, written by one equation only,
-a plain assignment indexed by all its loops without a guard, each
-dimension an index that runs densely over at least the consumer's range;
-and a program without write-after-read dependences whose reads TVM can
-see covered by earlier writes (TVM's "stage pipeline").
+It requires:
+
+- a consumer that is the only equation writing its tensor;
+- a consumer that is a plain assignment (not a reduction) indexed by all its
+  loops;
+- a consumer without a guard;
+- a consumer that reads exactly one computed tensor, always at the same
+  element, indexed by its own loop variables (one per dimension, each loop
+  once);
+- that tensor a temporary read by no other equation;
+- that tensor written by one equation only, a plain assignment indexed by
+  all its loops without a guard;
+- each dimension of that write an index that runs densely over at least the
+  consumer's range;
+- a program without write-after-read dependences whose reads TVM can see
+  covered by earlier writes (TVM's "stage pipeline").
 
 Example: the activation is applied as the product is stored
 
@@ -77,50 +84,80 @@ STEPTP = "compute_inline"
 
 
 class Reduction(NotApplicable):
+    """The consumer is a reduction: only a plain assignment is inlined."""
+
     code = "reverse_compute_inline-reduction"
 
 
 class NotComplete(NotApplicable):
+    """The consumer is not the only equation writing its tensor, or is not a plain assignment
+    indexed by all its loops."""
+
     code = "reverse_compute_inline-not-complete"
 
 
 class Guarded(NotApplicable):
+    """The consumer has a guard: TVM inlines only an equation computed at every iteration."""
+
     code = "reverse_compute_inline-guarded"
 
 
 class NoProducer(NotApplicable):
+    """The consumer reads no computed tensor: there is no equation to fold it into."""
+
     code = "reverse_compute_inline-no-producer"
 
 
 class ReadsSeveral(NotApplicable):
+    """The consumer reads more than one computed tensor."""
+
     code = "reverse_compute_inline-reads-several"
 
 
 class IndexNotLoops(NotApplicable):
+    """The consumer does not read the computed tensor at the same element, at its own loop
+    variables (one per dimension, each loop once)."""
+
     code = "reverse_compute_inline-index-not-loops"
 
 
 class OutputTensor(NotApplicable):
+    """The tensor the consumer reads is an output: the equation computing it must keep storing
+    it."""
+
     code = "reverse_compute_inline-output"
 
 
 class OtherReaders(NotApplicable):
+    """Another equation reads the tensor the consumer reads."""
+
     code = "reverse_compute_inline-other-readers"
 
 
 class ProducerNotComplete(NotApplicable):
+    """The tensor the consumer reads is not written by one plain assignment indexed by all its
+    loops (a reduction, for one)."""
+
     code = "reverse_compute_inline-producer-not-complete"
 
 
 class ProducerGuarded(NotApplicable):
+    """The equation computing the tensor the consumer reads has a guard."""
+
     code = "reverse_compute_inline-producer-guarded"
 
 
 class NotCovered(NotApplicable):
+    """The write of the tensor the consumer reads does not run densely over the consumer's range
+    in every dimension."""
+
     code = "reverse_compute_inline-not-covered"
 
 
 class NotStagePipeline(NotApplicable):
+    """The program is not what TVM calls a stage pipeline: a tensor is written after an equation
+    reads it, or a read is not covered by earlier writes."""
+
     code = "reverse_compute_inline-not-stage-pipeline"
 
 

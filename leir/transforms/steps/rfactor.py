@@ -7,17 +7,22 @@ the partial results into ``C``. Iterations of ``k`` no longer accumulate
 into one element, so ``k`` can then be parallelized, vectorized or bound to
 threads; the price is the temporary and the final combination.
 
-It requires: an equation that is a reduction with its implied initial
-value (its tensor's first and only write) in a shape TVM recognises
-(``C = C + e``, ``C = C * e``, or ``max(C, e)`` / ``min(C, e)`` of an
-integer tensor: TVM starts a float max at the lowest finite value, LEIR at
--inf), without a guard (TVM 0.27 drops it from the combining nest); a
-serial (L) reduction loop of it with at least 2 iterations; the reduction
-alone under its outermost loop (TVM 0.27 refuses an equation before it
-there and fails internally on one after it); a program TVM calls a stage
-pipeline (every tensor written before it is read, and every read covered
-by the writes before it); and the new dimension of the partial results
-first (``factor_axis`` 0) or last (the tensor's rank).
+It requires:
+
+- an equation that is a reduction with its implied initial value (the first
+  write of its tensor);
+- the only equation writing its tensor;
+- a reduction in a shape TVM recognises (``C = C + e``, ``C = C * e``, or
+  ``max(C, e)`` / ``min(C, e)`` of an integer tensor: TVM starts a float max
+  at the lowest finite value, LEIR at -inf);
+- a reduction without a guard (TVM 0.27 drops it from the combining nest);
+- a serial (L) reduction loop of it with at least 2 iterations;
+- the reduction alone under its outermost loop (TVM 0.27 refuses an equation
+  before it there and fails internally on one after it);
+- a program TVM calls a stage pipeline (every tensor written before it is
+  read, and every read covered by the writes before it);
+- the new dimension of the partial results first (``factor_axis`` 0) or last
+  (the tensor's rank).
 
 Example: partial sums over the inner part of a split reduction
 
@@ -96,42 +101,67 @@ STEPTP = "reduction_factorization"
 
 
 class NotReduction(NotApplicable):
+    """The equation is not a reduction with its implied initial value (the first write of its
+    tensor)."""
+
     code = "rfactor-not-reduction"
 
 
 class WrittenElsewhere(NotApplicable):
+    """Another equation writes the reduction's tensor too."""
+
     code = "rfactor-written-elsewhere"
 
 
 class Combiner(NotApplicable):
+    """The reduction is not in a shape TVM recognises (``C = C + e``, ``C = C * e``, or an
+    integer ``max``/``min``)."""
+
     code = "rfactor-combiner"
 
 
 class Guard(NotApplicable):
+    """The reduction has a guard (TVM 0.27 drops it from the combining nest)."""
+
     code = "rfactor-guard"
 
 
 class NotReductionLoop(NotApplicable):
+    """The loop is not a reduction loop of the equation (it indexes the written element)."""
+
     code = "rfactor-not-reduction-loop"
 
 
 class LoopNotSerial(NotApplicable):
+    """The reduction loop is not serial (L): only a serial loop is factored."""
+
     code = "rfactor-loop-not-serial"
 
 
 class LoopTooShort(NotApplicable):
+    """The reduction loop has fewer than 2 iterations: nothing to factor."""
+
     code = "rfactor-loop-too-short"
 
 
 class NotAlone(NotApplicable):
+    """The reduction's outermost loop holds another equation: TVM 0.27 refuses one before it and
+    fails on one after it."""
+
     code = "rfactor-not-alone"
 
 
 class NotStagePipeline(NotApplicable):
+    """The program is not what TVM calls a stage pipeline: a tensor is written after an equation
+    reads it, or a read is not covered by earlier writes."""
+
     code = "rfactor-not-stage-pipeline"
 
 
 class WrongFactorAxis(NotApplicable):
+    """``factor_axis`` is neither first (0) nor last (the tensor's rank) among the partial
+    results' dimensions."""
+
     code = "rfactor-wrong-factor-axis"
 
 

@@ -19,12 +19,17 @@ says which block (thread) owns an element, ``index // c`` with the rest of
 the index in ``0..c-1``, in every access (``S_{bx*32+tx,j}`` is owned by
 block ``bx``).
 
-It requires: a temporary (inputs and outputs are the kernel's interface and
-stay global); a scope other than its current one; shared memory only in a
-program with thread-bound (``B``) loops; and for shared or local memory in
-such a program, every access inside one kernel (no host code, no second
-kernel), under the same block axes (for local, thread axes too), each
-owning its elements as described above.
+It requires:
+
+- a temporary (inputs and outputs are the kernel's interface and stay
+  global);
+- a scope other than its current one;
+- shared memory only in a program with thread-bound (``B``) loops;
+- for shared or local memory in such a program, every access inside one
+  kernel (no host code, no second kernel);
+- for shared or local memory in such a program, every access under the same
+  block axes (for local, thread axes too), each owning its elements as
+  described above.
 
 Example: keep a row statistic in local memory on a CPU
 
@@ -137,22 +142,34 @@ STEPTP = "set_storage_scope"
 
 
 class NotTemporary(NotApplicable):
+    """The tensor is an input or an output: the kernel's interface, which stays global."""
+
     code = "set_scope-not-temporary"
 
 
 class SameScope(NotApplicable):
+    """The tensor is already in that scope."""
+
     code = "set_scope-same-scope"
 
 
 class SharedWithoutThreads(NotApplicable):
+    """Shared memory asked for in a program without thread-bound (``B``) loops."""
+
     code = "set_scope-shared-without-threads"
 
 
 class NotOneKernel(NotApplicable):
+    """An access of the tensor is under no thread-bound loop (host code, which has no shared or
+    local memory) or in a second kernel: every access must be inside one kernel."""
+
     code = "set_scope-not-one-kernel"
 
 
 class NotPrivate(NotApplicable):
+    """Accesses of the tensor run under different block axes (for local, thread axes): one may
+    read elements another owns."""
+
     code = "set_scope-not-private"
 
 

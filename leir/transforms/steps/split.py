@@ -5,9 +5,11 @@ equations get a guard (``where``) that skips the iterations past the end.
 Splitting is the first half of tiling: the inner loop's data can then stay
 in cache or registers, or become a vector or a thread axis.
 
-It requires: a serial (L) loop starting at 0 (split a parallel, vectorized,
-unrolled or thread-bound loop before annotating it: TVM drops the
-annotation), and an inner factor between 2 and the extent minus 1.
+It requires:
+
+- a serial (L) loop starting at 0 (split a parallel, vectorized, unrolled or
+  thread-bound loop before annotating it: TVM drops the annotation);
+- an inner factor between 2 and the extent minus 1.
 
 Example: split k by 32
 
@@ -72,18 +74,28 @@ MAX_EXACT = 8
 
 
 class LoopNotSerial(NotApplicable):
+    """The loop is not serial (L): split refuses a parallel, vectorized, unrolled or
+    thread-bound loop (TVM drops the annotation)."""
+
     code = "split-loop-not-serial"
 
 
 class LoopStartNotZero(NotApplicable):
+    """The loop does not start at 0."""
+
     code = "split-loop-start-not-zero"
 
 
 class LoopTooShort(NotApplicable):
+    """The loop has fewer than 3 iterations: no inner factor between 2 and the extent minus 1."""
+
     code = "split-loop-too-short"
 
 
 class WrongFactors(NotApplicable):
+    """The inner factor is not between 2 and the extent minus 1, or the outer factor is not the
+    extent divided by it, rounded up."""
+
     code = "split-wrong-factors"
 
 

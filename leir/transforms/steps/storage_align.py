@@ -18,12 +18,14 @@ becomes possible when LEIR can declare a padded stride and both the
 lowering (as a ``storage_align``) and the raising (from
 ``buffer_dim_align``) translate it.
 
-It requires: a shared or local temporary (TVM aligns allocated buffers, and
-bank conflicts are a shared-memory matter); an axis that is not the last
-(the last one has stride 1); a factor from 1 up and an offset in
-``0..factor-1``; and a way for LEIR to write the padded stride, which it
-does not have (see above), so the step is refused with
-``storage_align-not-expressible``.
+It requires:
+
+- a shared or local temporary (TVM aligns allocated buffers, and bank
+  conflicts are a shared-memory matter);
+- an axis that is not the last (the last one has stride 1);
+- a factor from 1 up and an offset in ``0..factor-1``;
+- a way for LEIR to write the padded stride, which it does not have (see
+  above), so the step is refused with ``storage_align-not-expressible``.
 
 Example: a padded shared tile is not expressible
 
@@ -66,18 +68,27 @@ STEPTP = "set_storage_layout"
 
 
 class NotTemporary(NotApplicable):
+    """The tensor is an input or an output: TVM aligns only buffers the program allocates."""
+
     code = "storage_align-not-temporary"
 
 
 class NotOnChip(NotApplicable):
+    """The tensor is in global memory: bank conflicts are a matter of shared (and local) memory."""
+
     code = "storage_align-not-on-chip"
 
 
 class BadAxis(NotApplicable):
+    """The axis is the last one (stride 1) or not an axis of the tensor."""
+
     code = "storage_align-bad-axis"
 
 
 class NotExpressible(NotApplicable):
+    """LEIR cannot write a padded stride, so every otherwise valid ``storage_align`` step is
+    refused with this."""
+
     code = "storage_align-not-expressible"
 
 

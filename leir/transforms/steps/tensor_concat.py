@@ -15,23 +15,29 @@ computes what the first does:
 One larger operator keeps a wide machine busier than two small ones and
 reads the shared inputs (``X``) once.
 
-It requires: a nest that holds only this equation, followed by a nest that
-holds only one equation over the same loops (same kinds, starts and
-extents; for a range, the chosen loop's extent may differ, and a
-reduction's second range may be preceded by the nest that writes its
-initial value); a loop not bound to a thread axis; a second equation equal
-to the first with its loop variables renamed and the chosen loop shifted
-past the first range, or with tensors renamed. For ranges: an equation
-that reads no element of its own tensor but the one it writes, an initial
-value nest outside every reduction loop, and along a reduction loop an
-order-free combiner unless no reduction loop of the nest comes before the
-chosen one. For other tensors: two first writes
-(plain or reductions) without guards, neither reading what the other
-writes, outputs indexed by the chosen (spatial) loop in one dimension,
-each renamed input likewise, with that dimension exactly the loop's
-extent and the same shape and dtype as its partner, every other access
-not using the loop, and no thread-bound loop (the copies are serial loops
-outside any kernel).
+It requires:
+
+- a nest that holds only this equation;
+- a following nest that holds only one equation over the same loops (same
+  kinds, starts and extents; for a range, the chosen loop's extent may
+  differ, and a reduction's second range may be preceded by the nest that
+  writes its initial value);
+- a loop not bound to a thread axis;
+- a second equation equal to the first with its loop variables renamed and
+  the chosen loop shifted past the first range, or with tensors renamed;
+- for ranges, an equation that reads no element of its own tensor but the
+  one it writes;
+- for ranges, an initial value nest outside every reduction loop;
+- for ranges, along a reduction loop, an order-free combiner unless no
+  reduction loop of the nest comes before the chosen one;
+- for other tensors, two first writes (plain or reductions) without guards;
+- for other tensors, neither equation reading what the other writes;
+- for other tensors, outputs indexed by the chosen (spatial) loop in one
+  dimension, each renamed input likewise, with that dimension exactly the
+  loop's extent and the same shape and dtype as its partner;
+- for other tensors, every other access not using the loop;
+- for other tensors, no thread-bound loop (the copies are serial loops
+  outside any kernel).
 
 Example: the Q and K projections of attention computed as one matmul
 
@@ -140,30 +146,50 @@ STEPTP = "tensor_concat_to_fuse_operators"
 
 
 class NotAlone(NotApplicable):
+    """The nest of the loop holds more than this equation."""
+
     code = "tensor_concat-not-alone"
 
 
 class NoPartner(NotApplicable):
+    """No nest follows that holds one equation over the same loops (same kinds, starts and
+    extents)."""
+
     code = "tensor_concat-no-partner"
 
 
 class ThreadLoop(NotApplicable):
+    """The loop is bound to a thread axis: concatenating would change the kernel's thread extent."""
+
     code = "tensor_concat-thread-loop"
 
 
 class DifferentComputation(NotApplicable):
+    """The second equation is not the first with its loop variables renamed and the chosen loop
+    shifted past the first range (after its initial value nest, outside every reduction loop),
+    nor the first with tensors renamed."""
+
     code = "tensor_concat-different-computation"
 
 
 class OrderMatters(NotApplicable):
+    """Merging the ranges would reorder what depends on order: the equation reads another
+    element of its own tensor, or a combiner that is not order-free follows a reduction loop."""
+
     code = "tensor_concat-order"
 
 
 class NotConcatenable(NotApplicable):
+    """The two equations cannot become one operator over other tensors (guarded, not first
+    writes, not indexed along the loop in one whole dimension, different shapes or dtypes, or on
+    GPU threads)."""
+
     code = "tensor_concat-not-concatenable"
 
 
 class Dependent(NotApplicable):
+    """One equation reads what the other writes: one needs the other's result."""
+
     code = "tensor_concat-dependence"
 
 

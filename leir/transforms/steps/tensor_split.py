@@ -10,16 +10,22 @@ scheduled, placed or fused independently. Inputs and outputs are read and
 written in place: the halves address their part of each tensor by index
 instead of copying it into new tensors.
 
-It requires: a nest (from the chosen loop's nest inward) that holds only
-this equation; a loop not bound to a thread axis; ``at`` strictly inside
-the loop's range; an equation that reads no element of its own tensor but
-the one it writes; along a reduction loop, an order-free combiner (sum,
-product, max, min) unless no reduction loop of the nest comes before the
-chosen one; and, for a reduction split along a spatial loop, an initial
-value that can be written (not for integer max/min), under a guard that
-uses spatial loops only, outside every reduction loop (no reduction loop
-around the nest). Splitting a sum along its reduction loop
-reassociates it: the result is equal up to rounding.
+It requires:
+
+- a nest (from the chosen loop's nest inward) that holds only this equation;
+- a loop not bound to a thread axis;
+- ``at`` strictly inside the loop's range;
+- an equation that reads no element of its own tensor but the one it writes;
+- along a reduction loop, an order-free combiner (sum, product, max, min)
+  unless no reduction loop of the nest comes before the chosen one;
+- for a reduction split along a spatial loop, an initial value that can be
+  written (not for integer max/min), under a guard that uses spatial loops
+  only;
+- for a reduction split along a spatial loop, an initial value written
+  outside every reduction loop (no reduction loop around the nest).
+
+Splitting a sum along its reduction loop reassociates it: the result is
+equal up to rounding.
 
 Example: a matmul split along its rows
 
@@ -109,26 +115,40 @@ STEPTP = "tensor_split_to_decouple_operators"
 
 
 class NotAlone(NotApplicable):
+    """The nest from the chosen loop inward holds more than this equation."""
+
     code = "tensor_split-not-alone"
 
 
 class ThreadLoop(NotApplicable):
+    """The loop is bound to a thread axis: the halves would launch threads of different extents."""
+
     code = "tensor_split-thread-loop"
 
 
 class BadPoint(NotApplicable):
+    """``at`` is not strictly inside the loop's range."""
+
     code = "tensor_split-bad-point"
 
 
 class ReadsOwnOutput(NotApplicable):
+    """The equation reads another element of its own tensor than the one it writes."""
+
     code = "tensor_split-reads-own-output"
 
 
 class OrderMatters(NotApplicable):
+    """Along a reduction loop, the combiner is not order-free and a reduction loop of the nest
+    comes before the chosen one."""
+
     code = "tensor_split-order"
 
 
 class NoInit(NotApplicable):
+    """For a reduction split along a spatial loop, the second half's initial value cannot be
+    written (no literal, a guard using reduction loops, or a reduction loop around the nest)."""
+
     code = "tensor_split-init"
 
 

@@ -14,14 +14,18 @@ element is accessed, with a write among the accesses, by two iterations
 that the tiled order runs the other way round (a reduction's own
 accumulation excepted, as for ``reorder``).
 
-It requires: the inner loop directly inside the outer one and the only
-thing in its body; both loops serial (L) and starting at 0 (tile before
-annotating: TVM's split drops a parallel, vectorized, unrolled or
-thread-bound annotation); tile sizes between 2 and each loop's extent
-minus 1; guards under the loops that TVM keeps around reordered loops
-(each conjunct bounds at most one of the loops tiled or inside them,
-written as ``i < n``, ``i + c <= n`` or ``n > i``); and no dependence that
-the tiled order reverses.
+It requires:
+
+- the inner loop directly inside the outer one;
+- nothing but the inner loop in the outer loop's body (no equation or other
+  loop beside it);
+- both loops serial (L) and starting at 0 (tile before annotating: TVM's
+  split drops a parallel, vectorized, unrolled or thread-bound annotation);
+- tile sizes between 2 and each loop's extent minus 1;
+- guards under the loops that TVM keeps around reordered loops (each
+  conjunct bounds at most one of the loops tiled or inside them, written as
+  ``i < n``, ``i + c <= n`` or ``n > i``);
+- no dependence that the tiled order reverses.
 
 Example: tile a matrix multiply's output by 32x16
 
@@ -114,34 +118,53 @@ MAX_EXACT = 8
 
 
 class LoopsNotNested(NotApplicable):
+    """The inner loop is not directly inside the outer one."""
+
     code = "tile-loops-not-nested"
 
 
 class NotOnlyChild(NotApplicable):
+    """The outer loop's body holds more than the inner loop (an equation or another loop beside
+    it)."""
+
     code = "tile-not-only-child"
 
 
 class LoopNotSerial(NotApplicable):
+    """A loop is not serial (L): TVM's split drops a parallel, vectorized, unrolled or
+    thread-bound annotation."""
+
     code = "tile-loop-not-serial"
 
 
 class LoopStartNotZero(NotApplicable):
+    """A loop does not start at 0."""
+
     code = "tile-loop-start-not-zero"
 
 
 class LoopTooShort(NotApplicable):
+    """A loop has fewer than 3 iterations: no tile size between 2 and its extent minus 1."""
+
     code = "tile-loop-too-short"
 
 
 class WrongSizes(NotApplicable):
+    """A tile size is not between 2 and its loop's extent minus 1."""
+
     code = "tile-wrong-sizes"
 
 
 class GuardNotBound(NotApplicable):
+    """A guard under the loops is not one TVM keeps around reordered loops (each conjunct
+    bounding at most one of the loops tiled or inside them)."""
+
     code = "tile-guard"
 
 
 class DependenceReversed(NotApplicable):
+    """The tiled order reverses a dependence."""
+
     code = "tile-dependence"
 
 

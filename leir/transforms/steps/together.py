@@ -7,11 +7,16 @@ of the old ones, so it is zero only where one of them was. Function
 arguments are combined too; a reduction's combined operand is rewritten
 and the reduction kept.
 
-It requires: the equation computes in f16, bf16, f32 or f64; its value (a
-reduction's operand) has at most 64 syntax nodes and no ``inf``; it divides
-by something; combining changes it; the result divides, takes roots and
-logarithms only of what the value did or of what is provably nonzero,
-nonnegative or positive; and it reads the same tensors.
+It requires:
+
+- the equation computes in f16, bf16, f32 or f64;
+- its value (a reduction's operand) has at most 64 syntax nodes and no
+  ``inf``;
+- the value divides by something;
+- combining changes the value;
+- the result divides, takes roots and logarithms only of what the value did
+  or of what is provably nonzero, nonnegative or positive;
+- the result reads the same tensors.
 
 Example: one division instead of two
 
@@ -65,6 +70,8 @@ NotFloat, TooLarge, Inexpressible, NoChange, Unsafe, ChangesReads = ERRORS = alg
 
 
 class NoFraction(NotApplicable):
+    """The value divides by nothing: combining fractions works on fractions."""
+
     code = "together-no-fraction"
 
 

@@ -9,12 +9,14 @@ that work tile by tile. Every access of the temporary is rewritten (TVM's
 ``transform_layout``); the values are the same, only where they live
 changes.
 
-It requires: a temporary (an input's or output's layout is the kernel's
-interface: changing it changes what the caller must pass); at least two
-dimensions (the last two are transformed); for tiles, a tile size of 4, 8,
-16 or 32 (what vectors, warps and cache lines work in) that divides both of
-the last two dimensions and is smaller than both (no padding, and at least
-two tiles each way).
+It requires:
+
+- a temporary (an input's or output's layout is the kernel's interface:
+  changing it changes what the caller must pass);
+- at least two dimensions (the last two are transformed);
+- for tiles, a tile size of 4, 8, 16 or 32 (what vectors, warps and cache
+  lines work in) that divides both of the last two dimensions and is smaller
+  than both (no padding, and at least two tiles each way).
 
 Example: transpose a temporary
 
@@ -107,14 +109,21 @@ TILES = (4, 8, 16, 32)
 
 
 class NotTemporary(NotApplicable):
+    """The tensor is an input or an output: its layout is the kernel's interface."""
+
     code = "transform_layout-not-temporary"
 
 
 class RankTooLow(NotApplicable):
+    """The tensor has fewer than two dimensions (the last two are transformed)."""
+
     code = "transform_layout-rank-too-low"
 
 
 class BadTile(NotApplicable):
+    """The tile size is not 4, 8, 16 or 32, does not divide both of the last two dimensions, or
+    is not smaller than both."""
+
     code = "transform_layout-bad-tile"
 
 

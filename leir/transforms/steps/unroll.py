@@ -6,10 +6,13 @@ schedule instructions across iterations. It pays on short inner loops (the
 inner part of a split, a 3x3 filter window); unrolling a long loop only
 makes the code larger.
 
-It requires: a serial (L) loop of at least 2 iterations, and at most 64
-equation instances in one run of the unrolled loop (its extent times the
-iterations of the loops inside it, summed over its equations: the code it
-unrolls to, at worst; TVM's meta-schedule tries 16, 64 and 512 steps).
+It requires:
+
+- a serial (L) loop of at least 2 iterations;
+- at most 64 equation instances in one run of the unrolled loop (its extent
+  times the iterations of the loops inside it, summed over its equations:
+  the code it unrolls to, at worst; TVM's meta-schedule tries 16, 64 and 512
+  steps).
 
 Example: a 3x3 window
 
@@ -84,14 +87,20 @@ MAX_INSTANCES = 64
 
 
 class LoopNotSerial(NotApplicable):
+    """The loop is not serial (L): unrolling it would drop its annotation."""
+
     code = "unroll-loop-not-serial"
 
 
 class LoopTooShort(NotApplicable):
+    """The loop has fewer than 2 iterations: nothing to unroll."""
+
     code = "unroll-loop-too-short"
 
 
 class TooManyInstances(NotApplicable):
+    """One run of the loop executes more than 64 equation instances: too much code unrolled."""
+
     code = "unroll-too-many-instances"
 
 

@@ -6,16 +6,22 @@ It pays most on a loop that indexes the last dimension of what it reads and
 writes, so that the lanes touch consecutive elements; split a long loop
 first and vectorize the inner part.
 
-It requires: a serial (L) loop with no loop inside it and no vectorized
-loop around it; 2 to 64 iterations (lanes), or 2 or 4 inside a GPU kernel
-(CUDA's vector types); a loop that is a spatial axis of every equation
-under it (TVM 0.27 vectorizes a reduction axis into a wrong sum); equations
-under it that TVM can schedule (each computes a fresh value or a reduction
-with its implied initial value, is the only writer of its tensor under the
-loop, and a reduction's guard bounds single loop variables); no
-dependence between iterations (no lane reads or writes an element that
-another lane writes); and no temporary used only under the loop (TVM 0.27
-allocates it inside the vector loop, one lane wide: measured wrong).
+It requires:
+
+- a serial (L) loop;
+- no loop inside it;
+- no vectorized loop around it;
+- 2 to 64 iterations (lanes), or 2 or 4 inside a GPU kernel (CUDA's vector
+  types);
+- a loop that is a spatial axis of every equation under it (TVM 0.27
+  vectorizes a reduction axis into a wrong sum);
+- equations under it that TVM can schedule (each computes a fresh value or a
+  reduction with its implied initial value, is the only writer of its tensor
+  under the loop, and a reduction's guard bounds single loop variables);
+- no dependence between iterations (no lane reads or writes an element that
+  another lane writes);
+- no temporary used only under the loop (TVM 0.27 allocates it inside the
+  vector loop, one lane wide: measured wrong).
 
 Example: eight lanes along a row
 
@@ -86,34 +92,57 @@ MAX_LANES = 64
 
 
 class LoopNotSerial(NotApplicable):
+    """The loop is not serial (L): only a serial loop is vectorized."""
+
     code = "vectorize-loop-not-serial"
 
 
 class NotInnermost(NotApplicable):
+    """The loop holds another loop: only an innermost loop is vectorized."""
+
     code = "vectorize-not-innermost"
 
 
 class InsideVector(NotApplicable):
+    """The loop is inside a vectorized loop: vectors do not nest."""
+
     code = "vectorize-inside-vector"
 
 
 class WrongLanes(NotApplicable):
+    """The loop has other than 2 to 64 iterations (lanes), or inside a GPU kernel other than 2
+    or 4 (CUDA's vector types)."""
+
     code = "vectorize-wrong-lanes"
 
 
 class TemporaryInside(NotApplicable):
+    """A temporary is used only under the loop: TVM 0.27 allocates it inside the vector loop,
+    one lane wide (measured wrong)."""
+
     code = "vectorize-temporary-inside"
 
 
 class ReductionAxis(NotApplicable):
+    """The loop is a reduction axis of an equation under it: TVM 0.27 vectorizes a reduction
+    axis into a wrong sum."""
+
     code = "vectorize-reduction-axis"
 
 
 class NotCompactDataflow(NotApplicable):
+    """An equation under the loop is not one TVM can schedule: each must compute a fresh value
+    or a reduction with its implied initial value, be the only writer of its tensor under the
+    loop (written before it is read there), and a reduction's guard must bound single loop
+    variables."""
+
     code = "vectorize-not-compact-dataflow"
 
 
 class Dependence(NotApplicable):
+    """Lanes of the loop may depend on each other: one may read or write an element that another
+    lane writes."""
+
     code = "vectorize-dependence"
 
 

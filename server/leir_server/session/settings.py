@@ -1,0 +1,157 @@
+"""The ``leir`` settings: what they are (``Settings``, with the defaults an
+editor gets when it sends none) and how the server gets them.
+
+They are pulled from the client with ``workspace/configuration`` (on
+``initialized`` and on every ``workspace/didChangeConfiguration``), or taken
+from the notification itself for clients that only push. Values that cannot
+be used are reported in the client's log and left at their defaults; a
+client that fails the request leaves the settings as they were.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from lsprotocol import types
+
+from leir.bridge.targets import TARGETS as BUILD_TARGETS
+
+logger = logging.getLogger(__name__)
+
+#: The ``workspace/configuration`` section the server reads.
+CONFIG_SECTION = "leir"
+
+#: The targets a program is built for, and "rpc": a device behind a TVM RPC tracker.
+TARGETS = (*BUILD_TARGETS, "rpc")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The ``leir`` configuration section, with the defaults an editor gets
+    when it sends none."""
+
+    #: Where kernels are measured: this CPU, this machine's NVIDIA GPU, or
+    #: devices behind an RPC tracker (``rpc_tracker`` and ``rpc_key``).
+    target: str = "llvm"
+    rpc_tracker: str = ""  # HOST:PORT
+    rpc_key: str = ""
+    #: Measure the top suggestions in the background after a change. Off by
+    #: default: measuring keeps a core busy, which a laptop user notices.
+    auto_measure: bool = False
+    #: Most measurements one "optimize" command may spend.
+    measurement_budget: int = 24
+    #: Rank suggestions with the local model (when one is installed).
+    model_enabled: bool = True
+    #: Publish the top suggestions on save as Hint diagnostics, for editors
+    #: without a code-action menu.
+    suggestions_on_save: bool = False
+    #: Programs whose memory exceeds it (MB) are refused before anything is
+    #: built (``leir.footprint``); None: the default (1000 MB).
+    memory_budget_mb: float | None = None
+
+    @classmethod
+    def from_json(cls, data: Any) -> tuple["Settings", list[str]]:
+        """Settings from a client's section (camelCase keys as VS Code sends
+        them), and one message per value that was ignored and why. Unknown
+        keys are ignored silently: a newer client may send more."""
+        problems: list[str] = []
+        if data is None:
+            return cls(), problems
+        if not isinstance(data, dict):
+            return cls(), [f"the '{CONFIG_SECTION}' settings should be an object, got {type(data).__name__}"]
+        values: dict[str, Any] = {}
+
+        def take(key: str, attr: str, kind: type, check=None, why: str = "") -> None:
+            if key not in data or data[key] is None:
+                return
+            value = data[key]
+            ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+            if ok and check is not None:
+                ok = check(value)
+            if ok:
+                values[attr] = value
+            else:
+                problems.append(f"{CONFIG_SECTION}.{key}: ignored {value!r} ({why or f'expected {kind.__name__}'})")
+
+        take("target", "target", str, lambda v: v in TARGETS, f"expected one of {', '.join(TARGETS)}")
+        rpc = data.get("rpc")
+        if isinstance(rpc, dict):  # nested form {"rpc": {"tracker": ..., "key": ...}}
+            data = {**data, "rpcTracker": rpc.get("tracker"), "rpcKey": rpc.get("key")}
+        take("rpcTracker", "rpc_tracker", str, _is_host_port, "expected HOST:PORT")
+        take("rpcKey", "rpc_key", str)
+        take("autoMeasure", "auto_measure", bool)
+        from leir.tools.optimize import MIN_BUDGET  # no TVM or NumPy; read after the initialize reply
+
+        take("measurementBudget", "measurement_budget", int, lambda v: MIN_BUDGET <= v <= 10_000,
+             f"expected a whole number from {MIN_BUDGET} to 10000: the start, a candidate and its paired confirmation")
+        model = data.get("model")
+        if isinstance(model, dict) and "enabled" in model:
+            data = {**data, "modelEnabled": model.get("enabled")}
+        take("modelEnabled", "model_enabled", bool)
+        take("suggestionsOnSave", "suggestions_on_save", bool)
+        take("memoryBudgetMB", "memory_budget_mb", (int, float), lambda v: not isinstance(v, bool) and 1 <= v <= 10**7,
+             "expected a number of megabytes from 1 to 10000000")
+        settings = cls(**values)
+        if settings.target == "rpc" and not (settings.rpc_tracker and settings.rpc_key):
+            problems.append(f"{CONFIG_SECTION}.target is rpc but rpcTracker and rpcKey are not both set; using llvm")
+            settings = cls(**{**values, "target": "llvm"})
+        return settings, problems
+
+    @property
+    def measure_target(self):
+        """What ``leir.measure.MeasurementEngine`` takes: "llvm", "cuda" or
+        an ``RPC``."""
+        if self.target != "rpc":
+            return self.target
+        from leir.measure.rpc import RPC
+
+        host, _, port = self.rpc_tracker.rpartition(":")
+        return RPC(host, int(port), self.rpc_key)
+
+
+def _is_host_port(text: str) -> bool:
+    host, colon, port = text.rpartition(":")
+    return bool(colon and host and port.isdigit() and 1 <= int(port) <= 65535)
+
+
+#: How long to wait for the client's answer. A client that never answers
+#: must not leave a task waiting for ever.
+PULL_TIMEOUT_S = 10.0
+
+
+def client_can_pull(server) -> bool:
+    capabilities = server.client_capabilities
+    workspace = capabilities.workspace if capabilities is not None else None
+    return bool(workspace is not None and workspace.configuration)
+
+
+async def pull(server) -> None:
+    """Ask the client for the ``leir`` section and apply it."""
+    params = types.ConfigurationParams(items=[types.ConfigurationItem(section=CONFIG_SECTION)])
+    try:
+        result = await asyncio.wait_for(server.workspace_configuration_async(params), PULL_TIMEOUT_S)
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the client's failure is not ours to crash on
+        _log(server, types.MessageType.Warning,
+             f"could not read the '{CONFIG_SECTION}' settings from the editor ({type(e).__name__}: {e}); "
+             "keeping the current ones")
+        return
+    section = result[0] if isinstance(result, (list, tuple)) and result else None
+    apply(server, section)
+
+
+def apply(server, section) -> None:
+    """Replace the session's settings with ``section`` (the client's JSON)."""
+    settings, problems = Settings.from_json(section)
+    server.session.settings = settings
+    for problem in problems:
+        _log(server, types.MessageType.Warning, problem)
+
+
+def _log(server, kind: types.MessageType, message: str) -> None:
+    logger.warning(message)
+    server.window_log_message(types.LogMessageParams(type=kind, message=message))
