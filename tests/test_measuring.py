@@ -12,7 +12,7 @@ import pytest
 
 from leir.errors import LeirError
 from leir.footprint import MemoryBudgetExceeded
-from leir.tools.measuring import REFUSED, EngineMeasurer, Measurer, TopStepsPlan
+from leir.tools.measuring import REFUSED, EngineMeasurer, MeasuredLookup, Measurer, TopStepsPlan
 
 
 @dataclass
@@ -163,18 +163,27 @@ class FakeEngine:
         return Future()
 
 
-class FakeLookup:
+class FakeOutcomes:
     def __init__(self):
-        self.outcomes = self
         self.recorded = []
-
-    def measured(self, analysis):
-        return M(1.5, cached=True) if analysis == "known" else None
 
     def record(self, before, step, after, namespace):
         if before == "broken":
             raise LeirError("the outcomes store is read-only")
         self.recorded.append((before, step, after, namespace))
+
+
+class FakeLookup:
+    """A ``MeasuredLookup`` over fake outcomes: ``measured`` is faked, and
+    ``record`` is the real one (it logs a failed write)."""
+
+    record = MeasuredLookup.record
+
+    def __init__(self):
+        self.outcomes = FakeOutcomes()
+
+    def measured(self, analysis):
+        return M(1.5, cached=True) if analysis == "known" else None
 
 
 def test_the_engine_measurer_looks_up_records_and_submits_at_its_priority(monkeypatch):
@@ -190,7 +199,7 @@ def test_the_engine_measurer_looks_up_records_and_submits_at_its_priority(monkey
     assert m.lookup("known").median_ms == 1.5 and m.lookup("other") is None
     m.record("before", "step", "after", "leir")
     m.record("broken", "step", "after", "leir")  # logged, not raised
-    assert lookup.recorded == [("before", "step", "after", "leir")]
+    assert lookup.outcomes.recorded == [("before", "step", "after", "leir")]
     assert warned == ["the outcomes store is read-only"]
     m.submit("program", "a label")
     assert engine.submitted == [("program", "a label", -10)]
