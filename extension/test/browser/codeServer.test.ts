@@ -173,14 +173,14 @@ describe("leir-lsp.vsix in code-server", () => {
     });
     await page.screenshot({ path: path.join(SHOTS, "applied.png") });
 
-    const steps = JSON.parse(execFileSync(PYTHON, ["-m", "leir.cli", "actions", path.join(ROOT, "examples", "matmul.leir"), "--json"], { cwd: ROOT, encoding: "utf8" })) as {
+    const steps = JSON.parse(execFileSync(PYTHON, ["-m", "leir.tools.cli", "actions", path.join(ROOT, "examples", "matmul.leir"), "--json"], { cwd: ROOT, encoding: "utf8" })) as {
       title: string;
     }[];
     // The menu may add what was measured: "Swap loops j and k (measured 13.8x)".
     const bare = title.replace(/\s*\(measured [^)]*\)$/, "");
     const step = steps.find((s) => s.title === bare);
     assert.ok(step, `"${title}" is not among leir actions' titles`);
-    const expected = execFileSync(PYTHON, ["-m", "leir.cli", "apply", path.join(ROOT, "examples", "matmul.leir"), "--step", "-"], {
+    const expected = execFileSync(PYTHON, ["-m", "leir.tools.cli", "apply", path.join(ROOT, "examples", "matmul.leir"), "--step", "-"], {
       cwd: ROOT,
       input: JSON.stringify(step),
       encoding: "utf8",

@@ -203,7 +203,7 @@ describe("leir-lsp over stdio, as the extension drives it", () => {
     assert.notEqual(edited, text, `"${chosen.title}" changed nothing`);
 
     // The same step through the library, without the server.
-    const expected = execFileSync(PYTHON, ["-m", "leir.cli", "apply", EXAMPLE, "--step", "-"], {
+    const expected = execFileSync(PYTHON, ["-m", "leir.tools.cli", "apply", EXAMPLE, "--step", "-"], {
       cwd: ROOT,
       input: JSON.stringify(chosen.data!.step),
       encoding: "utf8",
@@ -226,7 +226,7 @@ describe("leir-lsp over stdio, as the extension drives it", () => {
     // The server's own printer output must be recognised as TVMScript by the client's attach rule.
     const dir = mkdtempSync(path.join(os.tmpdir(), "leir-e2e-"));
     const file = path.join(dir, "matmul.py");
-    const text = execFileSync(PYTHON, ["-m", "leir.cli", "convert", EXAMPLE, "--to", "tvmscript"], { cwd: ROOT, encoding: "utf8" });
+    const text = execFileSync(PYTHON, ["-m", "leir.tools.cli", "convert", EXAMPLE, "--to", "tvmscript"], { cwd: ROOT, encoding: "utf8" });
     writeFileSync(file, text);
     assert.ok(isTvmScript(text), "the client would not send the converted kernel to the server");
     const uri = pathToFileURL(file).href;
@@ -244,7 +244,7 @@ describe("leir-lsp over stdio, as the extension drives it", () => {
     const resolved = (await conn.sendRequest("codeAction/resolve", chosen)) as CodeAction;
     const edited = applyTextEdits(text, editsFor(resolved, uri, 1));
     assert.notEqual(edited, text);
-    const args = ["-m", "leir.cli", "apply", file, "--step", "-"];
+    const args = ["-m", "leir.tools.cli", "apply", file, "--step", "-"];
     if (chosen.data?.kernel) {
       args.push("--kernel", chosen.data.kernel);
     }
