@@ -128,11 +128,9 @@ def trajectory_entry(step: dict, title: str, applied: "Applied", language: str, 
         if mb is not None and ma is not None and mb.median_ms and ma.median_ms:
             entry.update(latency_before_ms=mb.median_ms, latency_after_ms=ma.median_ms,
                          speedup=round(mb.median_ms / ma.median_ms, 3))
-    try:
-        from leir.explain import step_reasoning
-        from leir.transforms import Step
-    except ImportError:
-        return entry
+    from leir.explain.reasoning import step_reasoning
+    from leir.transforms import Step
+
     measured = None
     if entry["latency_before_ms"] is not None:
         measured = (entry["latency_before_ms"], entry["latency_after_ms"])

@@ -50,10 +50,6 @@ class State:
         return self.analysis.program
 
 
-class BudgetSpent(Exception):
-    pass
-
-
 class Budget:
     """Measurements: memoised by program text, counted, capped."""
 
