@@ -105,7 +105,7 @@ class _Lowering:
         with IRBuilder() as builder:
             with T.prim_func(s_tir=True):
                 T.func_name(name)
-                T.func_attr({"tir.noalias": True, "global_symbol": name})
+                T.func_attr({"tirx.noalias": True, "global_symbol": name})
                 self.declare_buffers()
                 for u, unit in enumerate(self.analysis.program.units):
                     self.nest(unit, (u,), {})
