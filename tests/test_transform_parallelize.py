@@ -191,3 +191,50 @@ L^{16}_{i}$0 [
 ];
 """, parallelize.Dependence, {"block": "Y", "loop": "i"})
     assert "same element of Y" in e.short
+
+
+# A fused tile loop too long to enumerate (4096 x 4 x 16 points): issue 14's
+# plans fuse the outer tile loops of a matmul and run them in parallel.
+FUSED_TILES = """\
+tmp C_local: f32[512,512] @l
+
+L^{4096}_{f}$0 [
+  L^{64}_{k}
+    L^{4}_{i}
+      L^{16}_{j} [
+        C_local_{f//32*4+i,f%32*16+j} += X_{f//32*4+i,k}*W_{k,f%32*16+j};
+      ];
+  L^{4}_{a}
+    L^{16}_{b} [
+      C_{f//32*4+a,f%32*16+b} = C_local_{f//32*4+a,f%32*16+b};
+    ];
+];
+"""
+
+
+@pytest.mark.slow
+def test_parallelize_a_fused_tile_loop_by_its_two_digits():
+    check_action(parallelize, FUSED_TILES, FUSED_TILES.replace("L^{4096}_{f}$0", "P^{4096}_{f}"))
+
+
+@pytest.mark.parametrize("write", [
+    "Y_{f//32*4+i,f%32*8+j}",  # the column digit's tiles overlap (stride 8 < tile width 16)
+    "Y_{i,f%32*16+j}",  # the row digit is dropped: tiles of different rows write the same rows
+])
+def test_parallelize_fail_fused_tile_loop_whose_digits_overlap(write):
+    e = check_not_applicable(parallelize, f"""\
+L^{{4096}}_{{f}}$0
+  L^{{4}}_{{i}}
+    L^{{16}}_{{j}} [
+      {write} = X_{{f,i,j}}*2.0;
+    ];
+""", parallelize.Dependence, {"block": "Y", "loop": "f"})
+    assert "same element of Y" in e.short
+
+
+def test_parallelize_fail_fused_tile_loop_whose_copy_reads_another_tile():
+    # The copy reads the neighbouring column tile ((f+1)%32) that another
+    # iteration writes.
+    text = FUSED_TILES.replace("= C_local_{f//32*4+a,f%32*16+b}", "= C_local_{f//32*4+a,(f+1)%32*16+b}")
+    e = check_not_applicable(parallelize, text, parallelize.Dependence, {"block": "C_local", "loop": "f"})
+    assert "may read what another iteration" in e.short

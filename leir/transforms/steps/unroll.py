@@ -10,7 +10,8 @@ It requires:
 
 - a serial (L) loop of at least 2 iterations;
 - at most 64 equation instances in one run of the unrolled loop (its extent
-  times the iterations of the loops inside it, summed over its equations:
+  times the iterations of the loops inside it, a vectorized loop counting
+  once, summed over its equations:
   the code it unrolls to, at worst; TVM's meta-schedule tries 16, 64 and 512
   steps).
 
@@ -106,14 +107,16 @@ class TooManyInstances(NotApplicable):
 
 def instances(ctx: Context, site: LoopSite) -> int:
     """Equation instances in one run of the loop: for each equation under
-    it, the product of the extents from the loop inwards."""
+    it, the product of the extents from the loop inwards, a vectorized
+    loop counting once (its lanes are one vector statement in the unrolled
+    code, as in the loop)."""
     total = 0
     for k in site.equations:
         loops = ctx.analysis.equations[k].loops
         first = next(n for n, l in enumerate(loops) if l is site.loop)
         count = 1
         for l in loops[first:]:
-            count *= l.extent
+            count *= 1 if l.kind == "V" else l.extent
         total += count
     return total
 
