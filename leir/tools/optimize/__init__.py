@@ -64,7 +64,7 @@ from leir.tools.measuring import Measurer, default_measurer
 from leir.tools.optimize.states import (
     CONFIRM_COST, Budget, OnKept, Result, State, TrajectoryStep, chain, program_key, tell, trajectory,
 )
-from leir.tools.optimize.strategies import SEARCHES, confirm_final
+from leir.tools.optimize.strategies import CONFIRMING, SEARCHES, confirm_final
 from leir.tools.ranking import Ranker
 
 __all__ = [
@@ -86,14 +86,16 @@ class OptimizeError(LeirError):
 def optimize(analysis: Analysis, steps: int = 4, budget: int | None = None, strategy: str = "greedy",
              target: str = "llvm", measurer: Measurer | None = None, seed: int = 0, beam_width: int = 3,
              iterations: int = 10, progress: Callable[[str], None] | None = None,
-             ranker: Ranker | None = None, on_kept: OnKept | None = None) -> Result:
+             ranker: Ranker | None = None, on_kept: OnKept | None = None, cost_model="auto") -> Result:
     """Search for at most ``steps`` verified steps using at most ``budget``
     measurements (default 6 per step, the start included; a paired
     confirmation counts ``CONFIRM_COST``), trying the steps in the order of
     ``ranker`` (``leir.tools.ranking``; the heuristic by default). ``on_kept``
     hears of each step kept: greedy's as it keeps it, beam's and MCTS's
     once the final program's gain is confirmed (before that, none is
-    kept)."""
+    kept). ``cost_model`` screens the ``plans`` search's candidates
+    (``leir.tools.costs.CostModel``): "auto" loads the installed one
+    (``leir_models``), None screens nothing (the plans' own order)."""
     if strategy not in STRATEGIES:
         raise OptimizeError(f"unknown strategy {strategy!r}: expected one of {', '.join(STRATEGIES)}")
     if target not in TARGETS:
@@ -121,8 +123,15 @@ def optimize(analysis: Analysis, steps: int = 4, budget: int | None = None, stra
             raise OptimizeError(f"cannot time the starting program: {start.error}")
         rng = random.Random(seed)
         final_check = None
-        if strategy == "greedy":
-            best, reason = SEARCHES["greedy"](start, steps, meter, rng, target, ranker=ranker, on_kept=on_kept)
+        if strategy in CONFIRMING:
+            if cost_model == "auto":  # only the plans search screens with one
+                cost_model = None
+                if strategy == "plans":
+                    from leir.tools.costs import load_cost_model
+
+                    cost_model = load_cost_model()
+            best, reason = SEARCHES[strategy](start, steps, meter, rng, target, ranker=ranker, on_kept=on_kept,
+                                              cost_model=cost_model)
         else:
             search = SEARCHES[strategy]
             meter.limit -= CONFIRM_COST  # kept for the final confirmation
@@ -146,8 +155,10 @@ def optimize(analysis: Analysis, steps: int = 4, budget: int | None = None, stra
 def format_result(result: Result) -> str:
     lines = [f"start: {result.start_ms:.4g} ms ({result.strategy}, target {result.target})"]
     for k, s in enumerate(result.steps, 1):
-        lines.append(f"{k}. {s.id} {json.dumps(s.args, sort_keys=True)}: {s.latency_before_ms:.4g} ms -> "
-                     f"{s.latency_after_ms:.4g} ms ({s.speedup:.2f}x)")
+        where = f" [plan step {s.plan['step']}/{s.plan['of']}]" if s.plan is not None else ""
+        timed = (f": {s.latency_before_ms:.4g} ms -> {s.latency_after_ms:.4g} ms ({s.speedup:.2f}x"
+                 f"{', the whole plan' if s.plan is not None else ''})" if s.speedup is not None else "")
+        lines.append(f"{k}. {s.id} {json.dumps(s.args, sort_keys=True)}{where}{timed}")
         lines.append(f"   {s.reasoning}")
     lines.append(f"final: {result.final_ms:.4g} ms, {result.speedup:.2f}x in {len(result.steps)} "
                  f"steps; {result.measurements}/{result.budget} measurements ({result.cache_hits} from cache; "

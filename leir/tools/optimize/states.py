@@ -127,17 +127,30 @@ def verify_state(state: State) -> bool:
 
 @dataclass
 class TrajectoryStep:
+    """A kept step. A step inside a plan (``plan``: its goal, its place
+    ``step`` of ``of`` and the plan's parameters) was not timed on its own:
+    its latencies are None, except on the plan's last step, which carries
+    the whole plan's paired figures."""
+
     id: str
     args: dict
-    latency_before_ms: float
-    latency_after_ms: float
-    speedup: float
+    latency_before_ms: float | None
+    latency_after_ms: float | None
+    speedup: float | None
     reasoning: str
+    plan: dict | None = None
 
     def to_json(self) -> dict:
-        return {"id": self.id, "args": self.args, "latency_before_ms": round(self.latency_before_ms, 4),
-                "latency_after_ms": round(self.latency_after_ms, 4), "speedup": round(self.speedup, 3),
-                "reasoning": self.reasoning}
+        out = {"id": self.id, "args": self.args, "latency_before_ms": _rounded(self.latency_before_ms, 4),
+               "latency_after_ms": _rounded(self.latency_after_ms, 4), "speedup": _rounded(self.speedup, 3),
+               "reasoning": self.reasoning}
+        if self.plan is not None:
+            out["plan"] = self.plan
+        return out
+
+
+def _rounded(x: float | None, digits: int) -> float | None:
+    return None if x is None else round(x, digits)
 
 
 @dataclass
@@ -161,7 +174,8 @@ class Result:
 
     @property
     def final_ms(self) -> float:
-        return self.steps[-1].latency_after_ms if self.steps else self.start_ms
+        timed = [s.latency_after_ms for s in self.steps if s.latency_after_ms is not None]
+        return timed[-1] if timed else self.start_ms
 
     @property
     def speedup(self) -> float:
@@ -171,7 +185,7 @@ class Result:
         would divide figures taken minutes apart under a load that moves."""
         if self.final_check is not None:
             return self.final_check.before_ms / self.final_check.after_ms
-        return math.prod(s.speedup for s in self.steps)
+        return math.prod(s.speedup for s in self.steps if s.speedup is not None)
 
     @property
     def trace(self) -> list:

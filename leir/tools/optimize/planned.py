@@ -1,0 +1,182 @@
+"""The ``plans`` search: many candidate end states, screened without
+building, a few measured, the best confirmed, then polished step by step.
+
+1. **Candidates.** ``leir.tools.plans.plans_for`` lists the plans that fit
+   the program (tiled contractions with sampled tile sizes, parallel and
+   vectorized rows...), each applied through the catalogue one atomic step
+   at a time (``realize``). Plans longer than the search's ``steps`` are
+   left out: every step of a plan counts as a step kept.
+2. **Screening.** A cost model (``leir.tools.costs.CostModel``, the learned
+   one of ``leir_models`` when it is installed) predicts each end state's
+   latency from the analysis alone; nothing is built. Without one the plans
+   keep the order ``plans_for`` gives them (register tiles that fill the
+   vector registers first).
+3. **Measuring where it pays.** The most promising are measured in rounds
+   of ``PLAN_ROUND``; after each round the cost model learns from what was
+   measured (``update``) and the rest are ranked again, as MetaSchedule
+   does with its XGBoost model. Every program timed counts in the budget.
+4. **Keeping.** The fastest measured end state is verified numerically
+   against the start once (``leir.transforms.verify``), then re-timed
+   against the start turn about (``Budget.confirm``); it is kept only if
+   the gain holds. Its steps go into the trajectory as the atomic steps
+   they are, each marked as step k of n of the plan, the last carrying the
+   plan's paired latencies.
+5. **Polish.** What is left of the budget and of ``steps`` goes to the
+   greedy search from the plan's end state (single steps: vectorize a
+   copy loop, unroll, ...), each confirmed as greedy confirms.
+
+When no plan fits the program, the search is greedy's.
+"""
+
+from __future__ import annotations
+
+import random
+
+from leir.errors import LeirError
+from leir.semantics import analyze
+from leir.tools.measuring import MIN_GAIN
+from leir.tools.optimize.states import CONFIRM_COST, Budget, OnKept, State, TrajectoryStep, program_key, tell
+from leir.tools.ranking import Ranked, Ranker
+
+__all__ = ["PLAN_ROUND", "planned"]
+
+#: End states measured per screening round.
+PLAN_ROUND = 8
+#: Plans applied (and screened) at most per search: applying one costs
+#: about 5 ms per step, so 96 plans of 15 steps take some 7 s.
+MAX_PLANS = 96
+#: The share of the budget the plans get when greedy polish may follow.
+PLAN_SHARE = 0.75
+
+
+def _plan_states(start: State, plan, target: str) -> list[State]:
+    """One state per step of ``plan``, chained from ``start``; the last is
+    the plan's end state."""
+    states, parent = [], start
+    for k, (step, program) in enumerate(zip(plan.steps, plan.programs)):
+        r = Ranked(step, f"{step.id} (plan step {k + 1} of {len(plan.steps)}: {plan.goal})", 0.0, ())
+        analysis = analyze(program)
+        s = State(analysis, program_key(program), trace=parent.trace + ((step, r),), parent=parent)
+        states.append(s)
+        parent = s
+    return states
+
+
+def _candidates(start: State, steps: int, target: str, seed: int, progress) -> list[tuple[object, list[State]]]:
+    from leir.tools.plans import PlanFailed, plans_for, realize
+
+    out, seen = [], {start.key}
+    for spec in plans_for(start.analysis, target, seed=seed):
+        if len(out) == MAX_PLANS:
+            break
+        try:
+            plan = realize(spec, start.analysis)
+        except (PlanFailed, LeirError):
+            continue
+        if len(plan.steps) > steps:
+            continue
+        states = _plan_states(start, plan, target)
+        if states[-1].key in seen:
+            continue
+        seen.add(states[-1].key)
+        out.append((plan, states))
+    if progress:
+        progress(f"{len(out)} plans fit the program")
+    return out
+
+
+def _ranked(cost_model, items: list, target: str) -> list:
+    if cost_model is None or not items:
+        return items
+    predicted = cost_model.predict([states[-1].analysis for _, states in items], target)
+    return [item for _, item in sorted(zip(predicted, items), key=lambda pair: pair[0])]
+
+
+def _record_plan(plan, states: list[State], paired, target: str) -> None:
+    """The trajectory records of a kept plan's steps: reasoning per step from
+    the programs around it; the measured figures on the last step only."""
+    from leir.explain import step_reasoning
+
+    n = len(states)
+    before_ms, after_ms = paired.before_ms, paired.after_ms
+    for k, s in enumerate(states):
+        step = s.trace[-1][0]
+        try:
+            text = step_reasoning(s.parent.analysis, s.analysis, step, target=target).text
+        except LeirError:
+            text = ""
+        where = f"Step {k + 1} of {n} of a plan toward {plan.goal}"
+        if k < n - 1:
+            text = (f"{text} {where}; the plan's end state measured {after_ms:.3g} ms against {before_ms:.3g} ms "
+                    f"before it (this step alone was not timed).").strip()
+            s.record = TrajectoryStep(step.id, step.args, None, None, None, text, _plan_json(plan, k, n))
+        else:
+            text = (f"{text} {where}: the plan measured {before_ms:.3g} ms -> {after_ms:.3g} ms "
+                    f"({before_ms / after_ms:.2f}x), confirmed by {paired.rounds} paired rounds timed turn about "
+                    f"(fastest run {min(paired.before_runs):.3g} ms -> {min(paired.after_runs):.3g} ms). "
+                    f"Verified numerically against the program before the plan.").strip()
+            s.record = TrajectoryStep(step.id, step.args, before_ms, after_ms, before_ms / after_ms, text,
+                                      _plan_json(plan, k, n))
+
+
+def _plan_json(plan, k: int, n: int) -> dict:
+    return {"goal": plan.goal, "step": k + 1, "of": n, "params": plan.spec.to_json()}
+
+
+def planned(start: State, steps: int, meter: Budget, rng: random.Random, target: str, ranker: Ranker | None = None,
+            on_kept: OnKept | None = None, cost_model=None, **_) -> tuple[State, str]:
+    from leir.tools.optimize.strategies import SEARCHES
+    from leir.transforms import verify
+
+    greedy = SEARCHES["greedy"]
+    progress = meter.progress
+    items = _candidates(start, steps, target, rng.randrange(1 << 30), progress)
+    if not items:
+        return greedy(start, steps, meter, rng, target, ranker=ranker, on_kept=on_kept)
+    polish = steps > min(len(s) for _, s in items)
+    reserve = CONFIRM_COST + (int(meter.left * (1 - PLAN_SHARE)) if polish else 0)
+    pending = _ranked(cost_model, items, target)
+    measured: list[tuple[object, list[State]]] = []
+    while pending and meter.left - reserve >= 1:
+        batch, pending = pending[:min(PLAN_ROUND, meter.left - reserve)], pending[min(PLAN_ROUND, meter.left - reserve):]
+        meter.measure([states[-1] for _, states in batch])
+        done = [(p, s) for p, s in batch if s[-1].ms is not None]
+        measured.extend(done)
+        if cost_model is not None and done:
+            cost_model.update([s[-1].analysis for _, s in done], [s[-1].ms for _, s in done], target)
+            pending = _ranked(cost_model, pending, target)
+    improving = sorted((item for item in measured if item[1][-1].ms < start.ms * (1 - MIN_GAIN)),
+                       key=lambda item: item[1][-1].ms)
+    kept = None
+    for plan, states in improving[:2]:
+        end = states[-1]
+        try:
+            v = verify(start.analysis, end.analysis)
+        except LeirError:
+            continue
+        if not v.ok:
+            continue
+        paired = meter.confirm(start, end)
+        if paired is None:
+            break
+        if paired.confirms():
+            end.verified, end.verify_note = True, v.summary()
+            _record_plan(plan, states, paired, target)
+            end.ms = paired.after_ms
+            kept = (plan, states)
+            break
+    if kept is None:
+        reason = ("no plan measured faster" if not improving else "no plan's gain held under paired re-timing")
+        if meter.left >= 1 + CONFIRM_COST:
+            best, greedy_reason = greedy(start, steps, meter, rng, target, ranker=ranker, on_kept=on_kept)
+            return best, f"{reason}; greedy: {greedy_reason}"
+        return start, reason
+    plan, states = kept
+    for s in states:
+        tell(on_kept, s, target)
+    end = states[-1]
+    left = steps - len(states)
+    if left < 1 or meter.left < 1 + CONFIRM_COST:
+        return end, f"plan of {len(states)} steps kept ({plan.goal})"
+    best, reason = greedy(end, left, meter, rng, target, ranker=ranker, on_kept=on_kept)
+    return best, f"plan of {len(states)} steps kept ({plan.goal}); then greedy: {reason}"

@@ -1,0 +1,90 @@
+"""Plans: lookahead made of atomic steps.
+
+A plan is a short sequence of catalogue steps that takes a program to a
+known-good shape (a tiled contraction with a local accumulator, parallel
+and vectorized rows, a GPU kernel with its loops bound to blocks and
+threads), generated with parameters read from the program (its extents and
+their divisors) and the machine (vector width, cores). The steps that pay
+only in combination (a split that is slower until the reorder, the cache
+and the vectorize after it) are then found together, where one-step greedy
+screening would stop at the first.
+
+A plan is applied step by step through ``leir.transforms.apply`` (each step
+legal by its own check; ``leir.tools.plans.builder``); the search verifies
+the end program numerically against the start once and records the plan as
+its atomic steps, so ``leir replay`` and the dataset see only catalogue
+steps.
+
+``plans_for(analysis, target)`` lists the parameter sets (``PlanSpec``)
+that fit the program, cheap (nothing applied); ``realize(spec, analysis)``
+applies one and returns a ``Plan`` (or raises ``PlanFailed`` when a step the
+plan needs is refused).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from leir import ast as A
+from leir.explain.machine import Machine
+from leir.semantics import Analysis
+from leir.tools.plans.builder import Builder, PlanFailed
+from leir.transforms import Step
+
+__all__ = ["Plan", "PlanFailed", "PlanSpec", "plans_for", "realize"]
+
+
+class PlanSpec(Protocol):
+    """One plan's parameters; ``realize`` applies its steps to a builder."""
+
+    kind: str
+
+    def to_json(self) -> dict: ...
+
+    def realize(self, b: Builder) -> None: ...
+
+
+@dataclass
+class Plan:
+    spec: PlanSpec
+    steps: list[Step]
+    program: A.Program
+    #: Optional steps of the plan that were refused here, with the reason.
+    skipped: list[tuple[Step, str]] = field(default_factory=list)
+    #: The program after each step.
+    programs: list[A.Program] = field(default_factory=list)
+
+    @property
+    def goal(self) -> str:
+        """What the plan reaches, for the editor: "a tiled contraction"."""
+        return f"a {self.spec.kind}"
+
+
+def plans_for(analysis: Analysis, target: str = "llvm", machine: Machine | None = None, seed: int = 0,
+              limit: int = 64) -> list[PlanSpec]:
+    """The plans that fit ``analysis`` for ``target``, most promising first
+    within each kind (at most ``limit`` per contraction)."""
+    rng = random.Random(seed)
+    if target == "cuda":
+        from leir.tools.plans.gpu import gpu_plans
+
+        return list(gpu_plans(analysis, rng, limit))
+    from leir.tools.plans.cpu import contraction_tilings, rows_plans
+
+    machine = machine or Machine.detect()
+    specs: list[PlanSpec] = list(contraction_tilings(analysis, machine, rng, limit))
+    if not specs:
+        specs.extend(rows_plans(analysis, machine))
+    return specs
+
+
+def realize(spec: PlanSpec, analysis: Analysis) -> Plan:
+    """``spec`` applied to ``analysis``, step by step; ``PlanFailed`` when a
+    step it needs is refused."""
+    b = Builder.of(analysis)
+    spec.realize(b)
+    if not b.steps:
+        raise PlanFailed(None, "the plan has no step that applies here")
+    return Plan(spec, list(b.steps), b.program, list(b.skipped), list(b.programs))

@@ -1,0 +1,329 @@
+"""CPU plans: multi-level tiling of a contraction, and rows of element-wise
+and reduction nests.
+
+**Tiled contraction** (MetaSchedule's multi-level tiling, reduced to what
+pays on a CPU core): the output's stride-1 loop (``vector``) and another
+spatial loop (``row``) are split into a register tile (``r_in`` x
+``v_in``), optionally a cache tile around it (``r_mid`` x ``v_mid``), and
+the main reduction loop optionally into ``k_in``-long chunks. The loops are
+reordered to
+
+    other spatial loops, row outer, vector outer, [k outer],
+    [row mid, vector mid], reduction loops, row inner, vector inner
+
+the accumulator is cached in a local buffer (``cache_write``) and its copy
+out moved under the last spatial tile loop (``reverse_compute_at``), so the
+partial sums of one tile stay in registers or L1 while the reduction runs;
+an element-wise consumer of the output (a bias, an activation) is moved
+there too. Then the outermost tile loop (fused with the next one when it is
+too short to share among the cores) is made parallel, the vector-inner loop
+vectorized and the row-inner loop unrolled.
+
+**Rows** (softmax, layer norm, element-wise chains, reductions): every nest
+gets its outermost spatial loop parallel and its innermost stride-1 spatial
+loop vectorized (split first when longer than a vector's worth of lanes); a
+reduction over the rows of a column-major walk (``S_j += X_{i,j}``) is
+reordered so that the stride-1 spatial loop is innermost.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import asdict, dataclass
+from typing import Iterator
+
+from leir.explain import access_strides
+from leir.explain.machine import Machine
+from leir.semantics import Analysis
+from leir.tools.plans.builder import Builder, PlanFailed
+from leir.transforms.base import divisors
+
+__all__ = ["ContractionTiling", "Rows", "contraction_tilings", "rows_plans"]
+
+#: Most lanes a vectorized loop may have (the catalogue's vectorize limit).
+MAX_LANES = 64
+#: Register tile rows tried (how many output rows share one loaded vector).
+ROW_TILES = (1, 2, 4, 6, 8)
+#: Cache tiles tried: columns (elements along the vector loop) and rows.
+V_MID_ELEMENTS = (64, 128, 256)
+R_MID_ROWS = (8, 16, 32, 64)
+#: Reduction chunks tried for the main reduction loop.
+K_CHUNKS = (4, 8, 16, 32, 64)
+
+
+def _var_index(expr) -> str | None:
+    from leir import ast as A
+
+    return expr.name if isinstance(expr, A.Var) else None
+
+
+def _stride_ok(analysis: Analysis, info, var: str) -> bool:
+    strides = access_strides(analysis, info, var)
+    return bool(strides) and all(s in (0, 1) for s in strides.values())
+
+
+@dataclass(frozen=True)
+class ContractionTiling:
+    """The parameters of one tiled-contraction plan."""
+
+    block: str
+    vector: str
+    v_in: int
+    row: str | None
+    r_in: int
+    reduce: str
+    k_in: int | None = None
+    v_mid: int | None = None
+    r_mid: int | None = None
+    fuse_outer: bool = False
+    unroll: bool = True
+    #: Accumulate in a local buffer (``cache_write``) rather than in the output.
+    cache: bool = True
+    #: Unroll the innermost reduction loop too (when it is short enough).
+    unroll_reduction: bool = False
+    #: Walk the tiles column by column (the vector loop's tiles outside the
+    #: row tiles): a panel of the right operand stays in cache across the rows.
+    columns_outer: bool = False
+
+    kind = "tiled contraction"
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, **asdict(self)}
+
+    def realize(self, b: Builder) -> None:
+        block = self.block
+        eq = b.info(block)
+        spatial, reductions = list(eq.spatial), list(eq.reduce_axes)
+        v_out, v_in = b.split(block, self.vector, self.v_in)
+        v_mid = None
+        if self.v_mid:
+            v_out, v_mid = b.split(block, v_out, self.v_mid)
+        r_out = r_in = r_mid = None
+        if self.row is not None:
+            if self.r_in > 1:
+                r_out, r_in = b.split(block, self.row, self.r_in)
+            else:
+                r_out = self.row
+            if self.r_mid:
+                r_out, r_mid = b.split(block, r_out, self.r_mid)
+        k_out = None
+        reduce_inner = list(reductions)
+        if self.k_in:
+            k_out, k_in = b.split(block, self.reduce, self.k_in)
+            reduce_inner[reduce_inner.index(self.reduce)] = k_in
+        others = [v for v in spatial if v not in (self.vector, self.row)]
+        outer = others + [v for v in ((v_out, r_out) if self.columns_outer else (r_out, v_out)) if v]
+        order = (outer + ([k_out] if k_out else []) + [v for v in (r_mid, v_mid) if v] + reduce_inner
+                 + [v for v in (r_in, v_in) if v])
+        b.reorder_to(block, order)
+        # The loop the accumulator's copy goes under: the last spatial loop
+        # outside every reduction loop.
+        first_reduction = min(order.index(v) for v in reduce_inner + ([k_out] if k_out else []))
+        attach = order[:first_reduction]
+        if not attach:
+            raise PlanFailed(None, "no spatial loop outside the reduction loops to hold a tile")
+        tensor = eq.equation.lhs.tensor
+        local = block
+        if self.cache:
+            local = b.cache_write(block)
+            b.apply("reverse_compute_at", {"block": block, "at": {"block": local, "loop": attach[-1]}})
+        if attach:
+            for consumer in _elementwise_consumers(b, tensor, block):
+                b.apply("reverse_compute_at", {"block": consumer, "at": {"block": local, "loop": attach[-1]}},
+                        optional=True)
+        first = b.loops(local)[0]
+        if self.fuse_outer and len(outer) >= 2:
+            first = b.fuse(local, outer[0], outer[1])
+        b.apply("parallelize", {"block": local, "loop": first})
+        b.apply("vectorize", {"block": local, "loop": v_in})
+        # The copy out of the cache and the epilogue: their own inner loop in vectors.
+        for other in ([block] if self.cache else []) + _elementwise_consumers(b, tensor, block):
+            inner = b.loops(other)[-1]
+            if inner in b.loops(local):
+                continue
+            if b.extent(other, inner) > MAX_LANES and b.extent(other, inner) % self.v_in == 0:
+                try:
+                    _, inner = b.split(other, inner, self.v_in)
+                except PlanFailed:
+                    continue
+            b.apply("vectorize", {"block": other, "loop": inner}, optional=True)
+        if self.unroll and r_in:
+            b.apply("unroll", {"block": local, "loop": r_in}, optional=True)
+        if self.unroll_reduction:
+            # The innermost reduction loop unrolled: its vector accumulators
+            # stay in registers across it (MetaSchedule's auto-unroll).
+            inner_reduction = [v for v in b.loops(local) if v in reduce_inner][-1]
+            b.apply("unroll", {"block": local, "loop": inner_reduction}, optional=True)
+        # Last, as the block's name then passes to the initialisation: the
+        # initial value written once per tile, before the reduction loops,
+        # instead of a test for the first iteration inside them.
+        info = b.info(local)
+        first_reduction = next((v for v in b.loops(local) if v not in info.spatial), None)
+        if first_reduction is not None:
+            b.apply("decompose_reduction", {"block": local, "loop": first_reduction}, optional=True)
+
+
+def _elementwise_consumers(b: Builder, tensor: str, copy_block: str) -> list[str]:
+    """Blocks after ``copy_block`` that read ``tensor`` element-wise (an
+    assignment indexed by all its loops)."""
+    from leir import ast as A
+
+    out = []
+    blocks = b.blocks()
+    for name in blocks[blocks.index(copy_block) + 1:]:
+        info = b.info(name)
+        reads = [a for a in A.walk(info.equation.rhs) if isinstance(a, A.Access) and a.tensor == tensor]
+        if reads and info.kind == "assign" and not info.reduce_axes:
+            out.append(name)
+    return out
+
+
+def contraction_tilings(analysis: Analysis, machine: Machine, rng: random.Random,
+                        limit: int = 64) -> list[ContractionTiling]:
+    """Up to ``limit`` tilings of each contraction of the program (a
+    reduction with at least one spatial axis stride-1 in every access),
+    drawn from the grid of divisors of its extents, the register tiles a
+    vector register file holds first."""
+    out: list[ContractionTiling] = []
+    names = _block_names(analysis)
+    lanes = max(1, machine.vector_bytes // 4)
+    for info, block in zip(analysis.equations, names):
+        if info.kind != "reduce" or not info.reduce_axes or not info.spatial:
+            continue
+        extents = {l.var: l.extent for l in info.loops}
+        vector = _vector_axis(analysis, info)
+        if vector is None:
+            continue
+        v_ins = [d for d in divisors(extents[vector]) if lanes <= d <= MAX_LANES and d < extents[vector]]
+        if not v_ins:
+            continue
+        rows = [v for v in info.spatial if v != vector and extents[v] > 1] or [None]
+        reduce = max(info.reduce_axes, key=lambda v: extents[v])
+        grid = []
+        for row in rows:
+            r_ins = [r for r in ROW_TILES if row is None and r == 1
+                     or row is not None and (r == 1 or extents[row] % r == 0 and r < extents[row])]
+            k_ins = (None,) + tuple(k for k in K_CHUNKS if extents[reduce] % k == 0 and k < extents[reduce])
+            for v_in, r_in in itertools.product(v_ins, r_ins):
+                # Accumulators in registers: r_in x v_in floats within 16 vector registers.
+                if r_in * (v_in // lanes) > 16:
+                    continue
+                v_mids = _mid_factors(extents[vector] // v_in, v_in, V_MID_ELEMENTS)
+                r_mids = _mid_factors(extents[row] // r_in, r_in, R_MID_ROWS) if row is not None else [None]
+                for k_in, v_mid, r_mid, fuse, cache, unroll_k in itertools.product(
+                        k_ins, v_mids, r_mids, (False, True), (True, False), (False, True)):
+                    grid.append(ContractionTiling(block, vector, v_in, row, r_in, reduce, k_in, v_mid, r_mid,
+                                                  fuse_outer=fuse, cache=cache, unroll_reduction=unroll_k))
+        # Prefer register tiles that fill 8-16 vector registers, then sample the rest.
+        grid.sort(key=lambda t: -_register_use(t, lanes))
+        head = [t for t in grid if 8 <= _register_use(t, lanes) <= 16]
+        rest = [t for t in grid if t not in set(head)]
+        rng.shuffle(head)
+        rng.shuffle(rest)
+        out.extend((head + rest)[:limit])
+    return out
+
+
+def _mid_factors(outer: int, inner: int, sizes: tuple[int, ...]) -> list[int | None]:
+    """None (no cache tile) and each factor ``m`` of ``outer`` with
+    ``m * inner`` among ``sizes`` (a proper split of ``outer``)."""
+    return [None] + [size // inner for size in sizes
+                     if size % inner == 0 and 1 < size // inner < outer and outer % (size // inner) == 0]
+
+
+def _register_use(t: ContractionTiling, lanes: int) -> int:
+    return t.r_in * max(1, t.v_in // lanes)
+
+
+def _vector_axis(analysis: Analysis, info) -> str | None:
+    """The spatial loop indexing the output's last dimension directly, along
+    which every access has stride 0 or 1."""
+    last = info.equation.lhs.indices[-1] if info.equation.lhs.indices else None
+    var = _var_index(last) if last is not None else None
+    if var is None or var not in info.spatial or not _stride_ok(analysis, info, var):
+        return None
+    return var
+
+
+def _block_names(analysis: Analysis) -> list[str]:
+    from leir.transforms.base import Context
+
+    return Context.of(analysis).block_names
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The parameters of one rows plan: each nest's lanes and whether its
+    outer spatial loops are fused before they are made parallel."""
+
+    lanes: int
+    fuse_outer: bool = False
+
+    kind = "parallel rows"
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, **asdict(self)}
+
+    def realize(self, b: Builder) -> None:
+        done: set[int] = set()
+        any_parallel = False
+        for block in list(b.blocks()):
+            info = b.info(block)
+            top = info.loops[0] if info.loops else None
+            if top is None or id(top) in done:
+                continue
+            any_parallel |= self._nest(b, block)
+            done.add(id(b.info(block).loops[0]))
+        if not any_parallel:
+            raise PlanFailed(b.steps[-1] if b.steps else None, "no nest has a loop to run in parallel")
+
+    def _nest(self, b: Builder, block: str) -> bool:
+        """Parallel outer spatial loop, vectorized stride-1 inner one, the
+        reduction loops between them (a column sum's ``i`` goes inside the
+        tiles of ``j``)."""
+        info = b.info(block)
+        vector = next((v for v in reversed(info.spatial) if _stride_ok(b.analysis, info, v)), None)
+        if vector is not None and b.loop(block, vector).kind == "L":
+            if b.loops(block)[-1] != vector:
+                try:
+                    b.reorder_to(block, [v for v in b.loops(block) if v != vector] + [vector])
+                except PlanFailed:
+                    vector = None
+        if vector is not None and b.loops(block)[-1] == vector:
+            extent = b.extent(block, vector)
+            if extent > self.lanes and extent % self.lanes == 0:
+                try:
+                    _, vector = b.split(block, vector, self.lanes)
+                except PlanFailed:
+                    vector = None
+        info = b.info(block)
+        spatial = [v for v in b.loops(block) if v in info.spatial and v != vector]
+        reductions = [v for v in b.loops(block) if v not in info.spatial]
+        if spatial and reductions:
+            try:
+                b.reorder_to(block, spatial + reductions + ([vector] if vector else []))
+            except PlanFailed:
+                pass
+        parallel = False
+        info = b.info(block)
+        first = info.loops[0]
+        if first.var in info.spatial and first.kind == "L" and first.var != vector:
+            var = first.var
+            second = info.loops[1] if len(info.loops) > 1 else None
+            if (self.fuse_outer and second is not None and second.var in info.spatial and second.var != vector
+                    and second.kind == "L"):
+                try:
+                    var = b.fuse(block, var, second.var)
+                except PlanFailed:
+                    pass
+            parallel = b.apply("parallelize", {"block": block, "loop": var}, optional=True)
+        if vector is not None and b.loops(block)[-1] == vector and b.extent(block, vector) <= MAX_LANES:
+            b.apply("vectorize", {"block": block, "loop": vector}, optional=True)
+        return parallel
+
+
+def rows_plans(analysis: Analysis, machine: Machine) -> Iterator[Rows]:
+    lanes = max(2, machine.vector_bytes // 4)
+    for n, fuse in itertools.product((lanes, 2 * lanes, 4 * lanes), (False, True)):
+        yield Rows(n, fuse)

@@ -1,0 +1,191 @@
+"""Plans (leir/tools/plans/): sequences of catalogue steps toward a known-good
+shape, and the ``plans`` search that measures their end states (issue 14)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from leir import transforms
+from leir.bridge.document import load_leir
+from leir.explain.machine import Machine
+from leir.printer import print_program
+from leir.tools.plans import PlanFailed, plans_for, realize
+from leir.tools.plans.cpu import ContractionTiling, Rows, contraction_tilings
+
+MATMUL = """\
+L^{64}_{i}
+  L^{64}_{j}
+    L^{32}_{k} [
+      C_{i,j} += X_{i,k}*W_{k,j};
+    ];
+"""
+
+DENSE = """\
+L^{32}_{i}
+  L^{64}_{j}
+    L^{32}_{k} [
+      C_{i,j} += X_{i,k}*W_{k,j};
+    ];
+
+L^{32}_{i}
+  L^{64}_{j} [
+    Y_{i,j} = max(C_{i,j} + bias_{j}, 0.0);
+  ];
+"""
+
+SOFTMAX = """\
+L^{32}_{i}
+  L^{64}_{j} [
+    M_{i} = max(M_{i}, X_{i,j});
+  ];
+
+L^{32}_{i}
+  L^{64}_{j} [
+    Z_{i} += exp(X_{i,j} - M_{i});
+  ];
+
+L^{32}_{i}
+  L^{64}_{j} [
+    Y_{i,j} = exp(X_{i,j} - M_{i})/Z_{i};
+  ];
+"""
+
+COLUMN_SUM = """\
+L^{64}_{i}
+  L^{32}_{j} [
+    S_{j} += X_{i,j};
+  ];
+"""
+
+AVX2 = Machine(l1d=32 * 1024, l2=512 * 1024, l3=32 * 1024 * 1024, vector_bytes=32, vector_isa="AVX2", cores=2)
+
+
+def analysis(text: str):
+    a = load_leir(text).analysis
+    assert a.ok
+    return a
+
+
+def kinds(program) -> str:
+    return "".join(ch for line in print_program(program).splitlines() for ch in line.strip()[:1] if ch in "LPVU")
+
+
+def test_tilings_of_a_matmul_vectorize_its_stride1_loop_and_fit_the_registers():
+    tilings = contraction_tilings(analysis(MATMUL), AVX2, random.Random(0), limit=200)
+    assert tilings and all(isinstance(t, ContractionTiling) for t in tilings)
+    assert {t.vector for t in tilings} == {"j"}  # j indexes C's last dimension and W's, with stride 1
+    assert {t.row for t in tilings} == {"i"}
+    assert {t.reduce for t in tilings} == {"k"}
+    for t in tilings:
+        assert 64 % t.v_in == 0 and t.v_in % 8 == 0  # a whole number of 8-lane AVX2 vectors
+        assert t.r_in * (t.v_in // 8) <= 16  # accumulators within 16 vector registers
+        assert t.k_in is None or 32 % t.k_in == 0
+
+
+def test_a_realized_plan_is_catalogue_steps_that_replay_to_its_program_and_verify():
+    a = analysis(MATMUL)
+    spec = ContractionTiling("C", "j", 16, "i", 4, "k", k_in=8, v_mid=2)
+    plan = realize(spec, a)
+    assert all(transforms.get(s.id) for s in plan.steps)
+    assert [s.id for s in plan.steps][:4] == ["split", "split", "split", "split"]
+    ids = {s.id for s in plan.steps}
+    assert {"cache_write", "reverse_compute_at", "parallelize", "vectorize", "unroll"} <= ids
+    assert print_program(transforms.replay(a.program, plan.steps)) == print_program(plan.program)
+    assert print_program(plan.programs[-1]) == print_program(plan.program)
+    text = print_program(plan.program)
+    assert "V^{16}" in text and "U^{4}" in text and text.lstrip().startswith(("tmp C_local", "P^"))
+    assert "@l" in text  # the accumulator is a local buffer
+    assert transforms.verify(a, load_leir(text).analysis).ok
+
+
+def test_a_plan_whose_needed_step_is_refused_fails_with_the_steps_reason():
+    a = analysis(MATMUL)
+    with pytest.raises(PlanFailed, match="not a proper divisor"):
+        realize(ContractionTiling("C", "j", 24, "i", 4, "k"), a)  # 24 does not divide 64
+    with pytest.raises(PlanFailed):
+        realize(ContractionTiling("C", "j", 16, "k", 4, "i"), a)  # k is a reduction axis: no parallel tile loop
+
+
+def test_an_elementwise_epilogue_moves_under_the_contractions_tile_loop():
+    a = analysis(DENSE)
+    plan = realize(ContractionTiling("C", "j", 16, "i", 4, "k"), a)
+    moved = [s for s in plan.steps if s.id == "reverse_compute_at" and s.args["block"] == "Y"]
+    assert moved, [s.to_json() for s in plan.steps]
+    text = print_program(plan.program)
+    assert text.count("P^") == 1  # one parallel nest: the epilogue runs inside it
+    assert transforms.verify(a, load_leir(text).analysis).ok
+
+
+def test_rows_plan_makes_each_softmax_nest_parallel_and_vectorized():
+    a = analysis(SOFTMAX)
+    assert all(isinstance(s, Rows) for s in plans_for(a, machine=AVX2))
+    plan = realize(Rows(16), a)
+    text = print_program(plan.program)
+    assert text.count("P^{32}") == 3
+    assert "V^{16}" in text  # the element-wise nest's row, 16 lanes at a time
+    assert transforms.verify(a, load_leir(text).analysis).ok
+
+
+def test_rows_plan_runs_a_column_sum_over_parallel_column_tiles_with_vectors_of_columns():
+    a = analysis(COLUMN_SUM)
+    plan = realize(Rows(8), a)
+    # j's tiles outside, the reduction over i inside them, 8 columns a vector.
+    assert [s.id for s in plan.steps] == ["split", "reorder", "parallelize", "vectorize"]
+    assert kinds(plan.program) == "PLV"
+    assert transforms.verify(a, load_leir(print_program(plan.program)).analysis).ok
+
+
+# ------------------------------------------------------------ the plans search
+
+
+class KindsMeasurer:
+    """Latency read off the printed program: a parallel loop halves it, a
+    vector loop thirds it, a local cache saves a fifth; every program asked
+    for is counted."""
+
+    def __init__(self):
+        self.calls: list[str] = []
+
+    def __call__(self, analyses):
+        from leir.tools.measuring import Timing
+
+        out = []
+        for a in analyses:
+            text = print_program(a.program)
+            self.calls.append(text)
+            ms = 100.0 / 2 ** text.count("P^") / 3 ** text.count("V^") * (0.8 if "@l" in text else 1.0)
+            out.append(Timing(ms * (1 + len(text) % 7 / 1000)))
+        return out
+
+
+@pytest.mark.slow
+def test_plans_search_keeps_a_whole_plan_as_atomic_steps_within_budget():
+    from leir.tools.optimize import optimize
+
+    a = analysis(MATMUL)
+    measurer, kept = KindsMeasurer(), []
+    result = optimize(a, steps=24, budget=16, strategy="plans", measurer=measurer, cost_model=None,
+                      on_kept=lambda before, step, after, record: kept.append((step, record)))
+    assert result.measurements <= 16 and len(set(measurer.calls)) + 2 * result.confirmations >= result.measurements
+    planned = [s for s in result.steps if s.plan is not None]
+    assert planned, result.stop_reason
+    n = planned[0].plan["of"]
+    assert [s.plan["step"] for s in planned] == list(range(1, n + 1))
+    assert all(s.latency_after_ms is None and s.speedup is None for s in planned[:-1])  # not timed alone
+    assert planned[-1].speedup > 1 and planned[-1].latency_after_ms < planned[-1].latency_before_ms
+    assert "step 1 of" in planned[0].reasoning.lower() and "not timed" in planned[0].reasoning
+    # The trace is catalogue steps that replay to the final program, which verifies.
+    assert print_program(transforms.replay(a.program, result.trace)) == print_program(result.final)
+    assert [s for s, _ in kept] == result.trace
+    assert result.to_json()["steps"][0]["plan"]["goal"] == "a tiled contraction"
+
+
+def test_plans_search_falls_back_to_greedy_when_no_plan_fits():
+    from leir.tools.optimize import optimize
+
+    # steps=2: every plan is longer, so none fits; greedy takes the steps.
+    result = optimize(analysis(MATMUL), steps=2, budget=12, strategy="plans", measurer=KindsMeasurer(),
+                      cost_model=None)
+    assert result.steps and all(s.plan is None for s in result.steps)
