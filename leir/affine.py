@@ -195,6 +195,136 @@ def separates(forms: list[Affine], var: str, ranges: dict[str, Range]) -> bool:
     return var not in unpinned
 
 
+# ------------------------------------------------- fused loops' digits
+#
+# A fused loop ``v`` of extent ``a*n`` appears in indices as ``v//n`` and
+# ``v%n``, which are not affine in ``v``; but ``v`` is one-to-one with those
+# two digits, and the indices are affine in them. Proofs about ``v`` (two
+# iterations never write one element) then become proofs about the digits.
+
+
+def digit_names(var: str) -> tuple[str, str]:
+    """The names of ``var``'s high (``var//n``) and low (``var%n``) digits."""
+    return f"{var}#hi", f"{var}#lo"
+
+
+def digit_base(indices, var: str) -> int | None:
+    """The ``n`` when ``var`` occurs in ``indices`` only as ``var//n`` and
+    ``var%n`` with one literal ``n``; else None."""
+    bases: set[int] = set()
+    bare = False
+    stack = list(indices)
+    while stack:
+        e = stack.pop()
+        if isinstance(e, A.Binary):
+            if (e.op in ("//", "%") and isinstance(e.lhs, A.Var) and e.lhs.name == var and isinstance(e.rhs, A.Num)
+                    and isinstance(e.rhs.value, int) and not isinstance(e.rhs.value, bool)):
+                bases.add(e.rhs.value)
+                continue
+            stack += [e.lhs, e.rhs]
+        elif isinstance(e, A.Unary):
+            stack.append(e.operand)
+        elif isinstance(e, A.Call):
+            stack.extend(e.args)
+        elif isinstance(e, A.Var) and e.name == var:
+            bare = True
+    return bases.pop() if len(bases) == 1 and not bare else None
+
+
+def with_digits(e: A.Expr, var: str) -> A.Expr:
+    """``e`` with ``var//n`` as the variable ``var#hi`` and ``var%n`` as ``var#lo``."""
+    hi, lo = digit_names(var)
+
+    def go(x: A.Expr) -> A.Expr:
+        if isinstance(x, A.Binary):
+            if x.op in ("//", "%") and isinstance(x.lhs, A.Var) and x.lhs.name == var:
+                return A.Var(hi if x.op == "//" else lo)
+            return A.Binary(x.op, go(x.lhs), go(x.rhs))
+        if isinstance(x, A.Unary):
+            return A.Unary(x.op, go(x.operand))
+        return x
+
+    return go(e)
+
+
+def split_digits(indices, loop: A.Loop) -> tuple[list[A.Expr], dict[str, Range]] | None:
+    """``indices`` in the digits of ``loop`` and the digits' ranges, when the
+    loop (from 0, extent a multiple of ``n``) appears only as ``v//n`` and
+    ``v%n``; else None."""
+    n = digit_base(indices, loop.var)
+    if n is None or loop.start != 0 or loop.extent % n or not 1 < n < loop.extent:
+        return None
+    hi, lo = digit_names(loop.var)
+    return [with_digits(i, loop.var) for i in indices], {hi: (0, loop.extent // n - 1), lo: (0, n - 1)}
+
+
+def opaque_outer(e: A.Expr, free: set[str] | frozenset[str], names: dict) -> A.Expr:
+    """``e`` with each ``//`` or ``%`` part that names none of the ``free``
+    variables (``io//4`` of an outer fused loop) as a variable of its own,
+    one name per distinct part (``names``): such a part is the same at two
+    points that share the outer loops, so it cancels as an outer variable
+    does, and the rest of the index stays affine."""
+    if isinstance(e, A.Binary):
+        if e.op in ("//", "%") and not (index_vars(e) & free):
+            if e not in names:
+                names[e] = f"#outer{len(names)}"
+            return A.Var(names[e])
+        return A.Binary(e.op, opaque_outer(e.lhs, free, names), opaque_outer(e.rhs, free, names))
+    if isinstance(e, A.Unary):
+        return A.Unary(e.op, opaque_outer(e.operand, free, names))
+    return e
+
+
+def separates_iterations(indices, loop: A.Loop, ranges: dict[str, Range]) -> bool:
+    """Whether two iterations of ``loop`` (the other variables in ``ranges``
+    free, every other variable equal at both) never give equal ``indices``:
+    ``separates`` on the affine forms, with non-affine parts of the equal
+    variables made opaque, and for a fused loop, on its two digits (each
+    digit separates with the other free). A sufficient test."""
+    free = set(ranges) | {loop.var}
+    plain = [opaque_outer(i, free, {}) for i in indices]
+    forms = [linearize(i) for i in plain]
+    if separates([f for f in forms if f is not None], loop.var, {**ranges, loop.var: (loop.start, loop.start + loop.extent - 1)}):
+        return True
+    split = split_digits(plain, loop)
+    if split is None:
+        return False
+    digits, digit_ranges = split
+    forms = [f for f in (linearize(i) for i in digits) if f is not None]
+    hi, lo = digit_names(loop.var)
+    both = {**ranges, **digit_ranges}
+    return separates(forms, hi, both) and separates(forms, lo, both)
+
+
+def injective(indices, loops) -> bool:
+    """Whether ``indices`` map the iterations of ``loops`` to distinct index
+    tuples, proven without enumerating: each loop (a fused one split into
+    its two digits first) appears in one index only, and within an index
+    the variables are mixed-radix digits (sorted by coefficient, each
+    coefficient exceeds the largest value the smaller terms reach), as
+    after a split (``io*8 + ii`` with ``ii`` in 0..7). False when not
+    proven."""
+    extents = {l.var: l.extent for l in loops}
+    indices = list(indices)
+    for l in loops:
+        split = split_digits(indices, l)
+        if split is not None:
+            indices, ranges = split
+            del extents[l.var]
+            extents.update({d: hi - lo + 1 for d, (lo, hi) in ranges.items()})
+    seen: set[str] = set()
+    for form in (linearize(i) for i in indices):
+        if form is None:
+            return False
+        reach = 0
+        for var, c in sorted(form.coeffs, key=lambda vc: abs(vc[1])):
+            if var not in extents or var in seen or abs(c) <= reach:
+                return False
+            seen.add(var)
+            reach += abs(c) * (extents[var] - 1)
+    return seen == set(extents)
+
+
 def guard_upper_bounds(guard: A.Expr | None) -> list[tuple[Affine, int]]:
     """Affine upper bounds a guard implies: ``(f, k)`` for each conjunct
     that says ``f <= k`` (``i*32+j < 100`` gives ``({i: 32, j: 1}, 99)``;

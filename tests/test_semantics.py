@@ -396,11 +396,21 @@ def test_race_of_overlapping_tiles():
         "P^{8}_{i=0}[C^{f32}_{0}=A^{f32}_{i} where i==3;];",  # one iteration writes
         "L^{8}_{i=0}V^{4}_{j=0}[C^{f32}_{i,j}=A^{f32}_{i,j};];",
         "B^{4}_{bx=0}B^{32}_{tx=0}[C^{f32}_{bx*32+tx}=A^{f32}_{bx*32+tx};];",
+        # A fused tile loop, past what enumeration covers (4096x4x64 points):
+        # proved through its digits f//32 and f%32 (issue 14's plans).
+        "P^{4096}_{f=0}L^{4}_{i=0}V^{64}_{j=0}[C^{f32}_{f//32*4+i,f%32*64+j}=A^{f32}_{f,i,j};];",
     ],
-    ids=["tiles", "pinned", "modulo", "guard", "vector", "blocks"],
+    ids=["tiles", "pinned", "modulo", "guard", "vector", "blocks", "fused-digits"],
 )
 def test_race_not_reported_when_iterations_write_distinct_elements(text):
     assert _diagnostics(text) == []
+
+
+def test_race_of_a_fused_loop_whose_column_tiles_overlap():
+    # f%32*32 with 64-wide tiles: neighbouring column tiles overlap (found by
+    # enumeration, 256x2x64 points).
+    text = "P^{256}_{f=0}L^{2}_{i=0}L^{64}_{j=0}[C^{f32}_{f//32*2+i,f%32*32+j}=A^{f32}_{f,i,j};];"
+    assert _diagnostics(text) == [("race", "1:10", "f")]
 
 
 def test_possible_race_when_the_index_cannot_be_decided():

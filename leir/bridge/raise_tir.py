@@ -235,24 +235,8 @@ def _injective(access: A.Access, loops: list[A.Loop]) -> bool:
     import numpy as np
 
     used = [l for l in loops if any(l.var in _vars(i) for i in access.indices or ())]
-    extents = {l.var: l.extent for l in used}
-    forms = [affine.linearize(i) for i in access.indices or ()]
-    if all(f is not None for f in forms):
-        seen: set[str] = set()
-        ok = True
-        for form in forms:
-            if form.variables & seen:
-                ok = False
-                break
-            seen |= form.variables
-            reach = 0  # the largest sum the smaller terms can make
-            for var, coeff in sorted(form.coeffs, key=lambda vc: abs(vc[1])):
-                if abs(coeff) <= reach:
-                    ok = False
-                    break
-                reach += abs(coeff) * (extents[var] - 1)
-        if ok:
-            return True
+    if affine.injective(access.indices or (), used):
+        return True
     size = 1
     for l in used:
         size *= l.extent

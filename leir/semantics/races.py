@@ -37,6 +37,8 @@ def check_race(ctx: Context, info: EquationInfo, loop: A.Loop, outer: tuple[A.Lo
     free = affine.loop_ranges((loop,) + inner)
     if affine.separates([f for f in forms if f is not None], loop.var, free):
         return
+    if affine.separates_iterations(indices, loop, affine.loop_ranges(inner)):
+        return  # a fused loop's digits, or non-affine parts of the outer loops (no enumeration)
     index_names = frozenset().union(*(ctx.vars_of(i) for i in indices)) if indices else frozenset()
     guard, certain = ctx.relevant_guard(eq.predicate, index_names | {loop.var}, info.loops)
     if certain is None:

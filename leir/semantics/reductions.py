@@ -23,9 +23,8 @@ def check_reduction_injective(ctx: Context, equations: list[EquationInfo]) -> No
         eq = info.equation
         if info.kind != "reduce" or not eq.lhs.indices or not info.spatial:
             continue
-        forms = [affine.linearize(i) for i in eq.lhs.indices]
         spatial = [l for l in info.loops if l.var in info.spatial]
-        if _injective(forms, spatial):
+        if affine.injective(eq.lhs.indices, spatial):
             continue
         space = ctx.space(spatial)
         if space is None:
@@ -83,27 +82,6 @@ def check_guarded_reduction_inits(ctx: Context, equations: list[EquationInfo]) -
                              f"{' for ' + where if where else ''} but true later, so {eq.lhs.tensor}'s implied "
                              f"initial value would be skipped there (TVM stores it under the guard): "
                              f"initialise {eq.lhs.tensor} in an earlier equation"))
-
-
-def _injective(forms: list, loops: list[A.Loop]) -> bool:
-    """Whether the affine ``forms`` (one per index) map the iterations of
-    ``loops`` to distinct index tuples, proven without enumerating: each
-    loop variable appears in one index only, and within an index the
-    variables are mixed-radix digits (sorted by coefficient, each
-    coefficient exceeds the largest value the smaller terms reach), as after
-    a split (``io*8 + ii`` with ``ii`` in 0..7). False when not proven."""
-    extents = {l.var: l.extent for l in loops}
-    seen: set[str] = set()
-    for form in forms:
-        if form is None:
-            return False
-        reach = 0
-        for var, c in sorted(form.coeffs, key=lambda vc: abs(vc[1])):
-            if var not in extents or var in seen or abs(c) <= reach:
-                return False
-            seen.add(var)
-            reach += abs(c) * (extents[var] - 1)
-    return seen == set(extents)
 
 
 def _repeats(columns: list, np) -> bool:

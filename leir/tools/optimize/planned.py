@@ -43,8 +43,8 @@ __all__ = ["PLAN_ROUND", "planned"]
 #: End states measured per screening round.
 PLAN_ROUND = 8
 #: Plans applied (and screened) at most per search: applying one costs
-#: about 5 ms per step, so 96 plans of 15 steps take some 7 s.
-MAX_PLANS = 96
+#: about 20 ms per step at realistic sizes (a 512^3 matmul: 0.3 s a plan), so 64 plans take some 20 s.
+MAX_PLANS = 64
 #: The share of the budget the plans get when greedy polish may follow.
 PLAN_SHARE = 0.75
 

@@ -185,89 +185,10 @@ def _inner_ranges(site: LoopSite, info: EquationInfo) -> dict[str, affine.Range]
 def _self_independent(site: LoopSite, info: EquationInfo) -> bool:
     """Different iterations of the loop write different elements through
     the equation's written access (inner loops free, outer loops equal)."""
-    var = site.loop.var
-    lhs = info.equation.lhs
-    indices = lhs.indices or ()
-    inner = _inner_ranges(site, info)
-    ranges = {var: (site.loop.start, site.loop.start + site.loop.extent - 1), **inner}
-    forms = [affine.linearize(_opaque_outer(i, set(ranges), {})) for i in indices]
-    if affine.separates([f for f in forms if f is not None], var, ranges):
-        return True
-    if _digits_independent(site, indices, inner):
+    indices = info.equation.lhs.indices or ()
+    if affine.separates_iterations(indices, site.loop, _inner_ranges(site, info)):
         return True
     return _enumerated_independent(site, info, indices)
-
-
-def _digits_independent(site: LoopSite, indices: tuple[A.Expr, ...], inner: dict[str, affine.Range]) -> bool:
-    """``_self_independent`` for a fused loop whose indices read it only as
-    ``v//n`` and ``v%n`` (``n`` dividing its extent, from 0): ``v`` is then
-    one-to-one with its two digits, and different iterations write different
-    elements when each digit separates (the other digit free) in the indices
-    with the digits as variables. (A fused 4096-iteration tile loop around
-    a 4x16 tile is past what enumeration covers.)"""
-    loop = site.loop
-    var = loop.var
-    n = _digit_base(indices, var)
-    if n is None or loop.start != 0 or loop.extent % n or not 1 < n < loop.extent:
-        return False
-    hi, lo = f"{var}#hi", f"{var}#lo"
-    forms = [affine.linearize(_digits(i, var, hi, lo)) for i in indices]
-    forms = [f for f in forms if f is not None]
-    ranges = {hi: (0, loop.extent // n - 1), lo: (0, n - 1), **inner}
-    return affine.separates(forms, hi, ranges) and affine.separates(forms, lo, ranges)
-
-
-def _opaque_outer(e: A.Expr, free: set[str], names: dict) -> A.Expr:
-    """``e`` with each non-affine part that names none of the ``free``
-    variables (``io//4`` of an outer fused loop) as a variable of its own,
-    one name per distinct part (``names``): such a part is the same at two
-    points that share the outer loops, so it cancels as an outer variable
-    does, and the rest of the index stays affine."""
-    if isinstance(e, A.Binary):
-        if e.op in ("//", "%") and not (affine.index_vars(e) & free):
-            if e not in names:
-                names[e] = f"#outer{len(names)}"
-            return A.Var(names[e])
-        return A.Binary(e.op, _opaque_outer(e.lhs, free, names), _opaque_outer(e.rhs, free, names))
-    if isinstance(e, A.Unary):
-        return A.Unary(e.op, _opaque_outer(e.operand, free, names))
-    return e
-
-
-def _digits(e: A.Expr, var: str, hi: str, lo: str) -> A.Expr:
-    """``e`` with ``var//n`` as the variable ``hi`` and ``var%n`` as ``lo``."""
-    if isinstance(e, A.Binary):
-        if e.op in ("//", "%") and isinstance(e.lhs, A.Var) and e.lhs.name == var:
-            return A.Var(hi if e.op == "//" else lo)
-        return A.Binary(e.op, _digits(e.lhs, var, hi, lo), _digits(e.rhs, var, hi, lo))
-    if isinstance(e, A.Unary):
-        return A.Unary(e.op, _digits(e.operand, var, hi, lo))
-    return e
-
-
-def _digit_base(indices: tuple[A.Expr, ...], var: str) -> int | None:
-    """The ``n`` when ``var`` occurs in ``indices`` only as ``var//n`` and
-    ``var%n`` with one literal ``n``; else None."""
-    bases: set[int] = set()
-    bare = False
-
-    def visit(e: A.Expr) -> None:
-        nonlocal bare
-        if isinstance(e, A.Binary):
-            if (e.op in ("//", "%") and isinstance(e.lhs, A.Var) and e.lhs.name == var and isinstance(e.rhs, A.Num)
-                    and isinstance(e.rhs.value, int)):
-                bases.add(e.rhs.value)
-                return
-            visit(e.lhs)
-            visit(e.rhs)
-        elif isinstance(e, A.Unary):
-            visit(e.operand)
-        elif isinstance(e, A.Var) and e.name == var:
-            bare = True
-
-    for i in indices:
-        visit(i)
-    return bases.pop() if len(bases) == 1 and not bare else None
 
 
 def _enumerated_independent(site: LoopSite, info: EquationInfo, indices: tuple[A.Expr, ...]) -> bool:
@@ -318,19 +239,20 @@ def _independent(site: LoopSite, w: EquationInfo, write: A.Access, r: EquationIn
     inner_w, inner_r = _inner_ranges(site, w), _inner_ranges(site, r)
     free = {var} | set(inner_w) | set(inner_r)
     names: dict = {}
-    opaque_w = [_opaque_outer(i, free, names) for i in write.indices]
-    opaque_r = [_opaque_outer(i, free, names) for i in read.indices]
-    if _apart(var, outer | set(names.values()), opaque_w, opaque_r, inner_w, inner_r):
+    opaque_w = [affine.opaque_outer(i, free, names) for i in write.indices]
+    opaque_r = [affine.opaque_outer(i, free, names) for i in read.indices]
+    outer |= set(names.values())
+    if _apart(var, outer, opaque_w, opaque_r, inner_w, inner_r):
         return True
     # A fused loop read as v//n and v%n: iterations differ in the high digit
     # (the low one free at both), or in the low digit with the high one equal.
-    loop = site.loop
-    n = _digit_base(tuple(write.indices) + tuple(read.indices), var)
-    if n is None or loop.start != 0 or loop.extent % n or not 1 < n < loop.extent:
+    split = affine.split_digits(opaque_w + opaque_r, site.loop)
+    if split is None:
         return False
-    hi, lo = f"{var}#hi", f"{var}#lo"
-    wd, rd = [_digits(i, var, hi, lo) for i in write.indices], [_digits(i, var, hi, lo) for i in read.indices]
-    lo_range = {lo: (0, n - 1)}
+    digits, ranges = split
+    wd, rd = digits[:len(opaque_w)], digits[len(opaque_w):]
+    hi, lo = affine.digit_names(var)
+    lo_range = {lo: ranges[lo]}
     return (_apart(hi, outer, wd, rd, {**inner_w, **lo_range}, {**inner_r, **lo_range})
             and _apart(lo, outer | {hi}, wd, rd, inner_w, inner_r))
 
