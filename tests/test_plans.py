@@ -189,3 +189,37 @@ def test_plans_search_falls_back_to_greedy_when_no_plan_fits():
     result = optimize(analysis(MATMUL), steps=2, budget=12, strategy="plans", measurer=KindsMeasurer(),
                       cost_model=None)
     assert result.steps and all(s.plan is None for s in result.steps)
+
+
+# ------------------------------------------------------------ GPU plans
+
+
+def test_gpu_plan_binds_blocks_and_threads_and_builds_for_sm90():
+    from leir.bridge.lower import lower
+    from leir.bridge.run import build
+    from leir.bridge.targets import cuda_build_target
+    from leir.tools.plans.gpu import GpuTiling
+
+    a = analysis(MATMUL)
+    assert all(isinstance(s, GpuTiling) for s in plans_for(a, "cuda"))
+    plan = realize(GpuTiling("C", "i", "j", "k", 8, 2, 16, 2, 8), a)
+    binds = [(s.args["loop"], s.args["axis"]) for s in plan.steps if s.id == "bind"]
+    assert [axis for _, axis in binds] == ["by", "bx", "ty", "tx"]
+    text = print_program(plan.program)
+    assert "B^{4}_{by}" in text and "B^{2}_{bx}" in text and "B^{8}_{ty}" in text and "B^{16}_{tx}" in text
+    assert "@l" in text  # each thread's 2x2 tile accumulates in registers
+    assert transforms.verify(a, load_leir(text).analysis).ok  # thread loops run serially on the CPU
+    # Not run on a GPU here (none on this machine): the CUDA source is inspected.
+    source = build(lower(load_leir(text).analysis), cuda_build_target("sm_90")).mod.imports[0].inspect_source()
+    assert "__launch_bounds__(128)" in source  # 8 x 16 threads a block
+    assert "float C_local_ptr[4]" in source
+    assert "threadIdx.x" in source and "blockIdx.y" in source
+    assert "k_0 == 0" not in source  # the initial value is written before the loop, not tested in it
+
+
+def test_gpu_plan_that_exceeds_the_thread_limit_is_not_offered():
+    from leir.tools.plans.gpu import gpu_plans
+
+    for t in gpu_plans(analysis(MATMUL), random.Random(0), limit=1000):
+        assert 64 <= t.ty * t.tx <= 1024
+        assert 64 % (t.ty * t.ti) == 0 and 64 % (t.tx * t.tj) == 0
