@@ -223,3 +223,31 @@ def test_gpu_plan_that_exceeds_the_thread_limit_is_not_offered():
     for t in gpu_plans(analysis(MATMUL), random.Random(0), limit=1000):
         assert 64 <= t.ty * t.tx <= 1024
         assert 64 % (t.ty * t.ti) == 0 and 64 % (t.tx * t.tj) == 0
+
+
+def test_prior_prefers_register_tiles_and_cache_tiles_that_fit():
+    from leir.tools.plans.cpu import prior
+
+    extents = {"i": 512, "j": 512, "k": 512}
+    good = ContractionTiling("C", "j", 32, "i", 2, "k", k_in=16, v_mid=4, r_mid=16, fuse_outer=True)
+    tiny = ContractionTiling("C", "j", 8, "i", 1, "k")  # one vector register, no cache tile, no k chunk
+    huge = ContractionTiling("C", "j", 64, "i", 2, "k", k_in=16, v_mid=4, r_mid=32)  # a 64x256 tile: 64 KB
+    assert prior(good, extents, AVX2) > prior(tiny, extents, AVX2)
+    assert prior(good, extents, AVX2) > prior(huge, extents, AVX2)
+
+
+def test_attention_scores_tile_along_the_rows_of_k_with_gathered_lanes():
+    # S_{b,i,j} += Q_{b,i,d}*K_{b,j,d}: K moves by 16 elements along j, so
+    # the lanes gather; the output still moves by 1.
+    a = analysis("""\
+L^{2}_{b}
+  L^{32}_{i}
+    L^{32}_{j}
+      L^{16}_{d} [
+        S_{b,i,j} += Q_{b,i,d}*K_{b,j,d};
+      ];
+""")
+    tilings = contraction_tilings(a, AVX2, random.Random(0), limit=20)
+    assert tilings and {t.vector for t in tilings} == {"j"}
+    plan = realize(next(t for t in tilings if t.row == "i"), a)
+    assert transforms.verify(a, load_leir(print_program(plan.program)).analysis).ok

@@ -192,7 +192,7 @@ def contraction_tilings(analysis: Analysis, machine: Machine, rng: random.Random
         if info.kind != "reduce" or not info.reduce_axes or not info.spatial:
             continue
         extents = {l.var: l.extent for l in info.loops}
-        vector = _vector_axis(analysis, info)
+        vector = _vector_axis(analysis, info, gathers=len(info.spatial) >= 2)
         if vector is None:
             continue
         v_ins = [d for d in divisors(extents[vector]) if lanes <= d <= MAX_LANES and d < extents[vector]]
@@ -215,14 +215,43 @@ def contraction_tilings(analysis: Analysis, machine: Machine, rng: random.Random
                         k_ins, v_mids, r_mids, (False, True), (True, False), (False, True)):
                     grid.append(ContractionTiling(block, vector, v_in, row, r_in, reduce, k_in, v_mid, r_mid,
                                                   fuse_outer=fuse, cache=cache, unroll_reduction=unroll_k))
-        # Prefer register tiles that fill 8-16 vector registers, then sample the rest.
-        grid.sort(key=lambda t: -_register_use(t, lanes))
-        head = [t for t in grid if 8 <= _register_use(t, lanes) <= 16]
-        rest = [t for t in grid if t not in set(head)]
-        rng.shuffle(head)
-        rng.shuffle(rest)
-        out.extend((head + rest)[:limit])
+        # Two thirds of the draw from the tilings the prior ranks first, one
+        # third from the rest (exploration); a learned cost model reorders
+        # them later (leir.tools.optimize.planned).
+        rng.shuffle(grid)
+        grid.sort(key=lambda t: -prior(t, extents, machine))
+        top = grid[: max(1, 2 * limit // 3)]
+        rest = grid[len(top):]
+        out.extend(top + rng.sample(rest, min(len(rest), limit - len(top))))
     return out
+
+
+def prior(t: ContractionTiling, extents: dict[str, int], machine: Machine) -> float:
+    """A hand-written score of a tiling, higher is better, from what made
+    tilings fast on this project's measurements (docs/optimize.md): a
+    register tile of 4-12 vector accumulators, a cache tile of the output
+    that fits half the L1, reduction chunks of 8-16, enough parallel
+    iterations for the cores. Used to order plans when no learned cost model
+    is installed; it predicts no latency."""
+    import math
+
+    lanes = max(1, machine.vector_bytes // 4)
+    regs = _register_use(t, lanes)
+    score = -abs(math.log2(max(regs, 1) / 8))
+    rows = t.r_in * (t.r_mid or 1)
+    cols = t.v_in * (t.v_mid or 1)
+    tile_bytes = rows * cols * 4
+    score -= 0.5 * abs(math.log2(tile_bytes / (machine.l1d / 2)))
+    if t.k_in:
+        score -= 0.25 * abs(math.log2(t.k_in / 16))
+    else:
+        score -= 0.5
+    outer = extents[t.row] // rows if t.row else 1
+    if t.fuse_outer:
+        outer *= extents[t.vector] // cols
+    if outer < 4 * machine.cores:
+        score -= 1.0
+    return score
 
 
 def _mid_factors(outer: int, inner: int, sizes: tuple[int, ...]) -> list[int | None]:
@@ -236,14 +265,22 @@ def _register_use(t: ContractionTiling, lanes: int) -> int:
     return t.r_in * max(1, t.v_in // lanes)
 
 
-def _vector_axis(analysis: Analysis, info) -> str | None:
+def _vector_axis(analysis: Analysis, info, gathers: bool = False) -> str | None:
     """The spatial loop indexing the output's last dimension directly, along
-    which every access has stride 0 or 1."""
+    which every access has stride 0 or 1 (or, with ``gathers``, any known
+    stride for the reads: the lanes then gather, as in ``Q @ K^T`` along
+    ``K``'s rows)."""
     last = info.equation.lhs.indices[-1] if info.equation.lhs.indices else None
     var = _var_index(last) if last is not None else None
-    if var is None or var not in info.spatial or not _stride_ok(analysis, info, var):
+    if var is None or var not in info.spatial:
         return None
-    return var
+    if _stride_ok(analysis, info, var):
+        return var
+    if gathers:  # a contraction of two or more spatial axes, where the tiles pay anyway
+        strides = access_strides(analysis, info, var)
+        if strides.get(info.equation.lhs.tensor) == 1 and all(s is not None for s in strides.values()):
+            return var
+    return None
 
 
 def _block_names(analysis: Analysis) -> list[str]:

@@ -105,7 +105,7 @@ def gpu_plans(analysis: Analysis, rng: random.Random, limit: int = 64) -> Iterat
         if info.kind != "reduce" or not info.reduce_axes or len(info.spatial) != 2:
             continue
         extents = {l.var: l.extent for l in info.loops}
-        vector = _vector_axis(analysis, info)
+        vector = _vector_axis(analysis, info, gathers=True)
         if vector is None:
             continue
         row = next(v for v in info.spatial if v != vector)
