@@ -251,3 +251,24 @@ L^{2}_{b}
     assert tilings and {t.vector for t in tilings} == {"j"}
     plan = realize(next(t for t in tilings if t.row == "i"), a)
     assert transforms.verify(a, load_leir(print_program(plan.program)).analysis).ok
+
+
+@pytest.mark.slow
+def test_plans_search_tells_on_plan_what_the_editor_needs_to_offer_the_plan(tmp_path):
+    from leir.tools.measuring import StepOutcomes
+    from leir.tools.optimize import optimize
+
+    a = analysis(MATMUL)
+    told = []
+    result = optimize(a, steps=24, budget=16, strategy="plans", measurer=KindsMeasurer(), cost_model=None,
+                      on_plan=lambda programs, steps, end, goal: told.append((programs, steps, end, goal)))
+    assert len(told) == 1
+    programs, steps, end, goal = told[0]
+    planned = [s for s in result.steps if s.plan is not None]
+    assert list(steps) == result.trace[:len(planned)] and goal == "a tiled contraction"
+    assert print_program(programs[0].program) == print_program(a.program)
+    outcomes = StepOutcomes(tmp_path)
+    outcomes.record_plan(programs, steps, end, goal)
+    ahead = outcomes.plan_ahead(programs[2])
+    assert (ahead.index, ahead.of, ahead.next_step) == (3, len(steps), steps[2])
+    assert outcomes.plan_ahead(analysis(DENSE)) is None

@@ -187,3 +187,53 @@ def test_python_kernel_suggestions_name_its_blocks_and_ranges():
     assert all(s.step.args.get("block") in ("Y", None) for s in found)
     split = next(s for s in found if s.step.id == "split")
     assert text[split.span.start:split.span.end].startswith("for i, j")
+
+
+# ------------------------------------------------------------ plans (issue 14)
+
+
+def _plan_chain(text: str, steps: list[Step]):
+    from leir import transforms
+
+    programs = [load_leir(text).analysis]
+    for step in steps:
+        programs.append(analyze(transforms.apply(programs[-1], step)))
+    return programs
+
+
+def test_a_recorded_plan_ranks_its_next_step_first_and_says_where_it_leads(lookup):
+    from leir.explain.editor import step_text
+
+    # A plan of three steps: split i, parallelize its outer part, vectorize j.
+    steps = [SPLIT_I, Step("parallelize", {"block": "Y", "loop": "i_0"}), Step("vectorize", {"block": "Y", "loop": "j"})]
+    programs = _plan_chain(TRANSPOSE, steps)
+    store(lookup, programs[0], 13.0)
+    store(lookup, programs[-1], 0.41)
+    lookup.outcomes.record_plan(programs[:-1], steps, programs[-1], "a tiled contraction")
+
+    found = suggest(TRANSPOSE, "leir", measured=lookup)
+    assert found[0].step == SPLIT_I
+    assert found[0].label == "Split loop i by 8 (plan step 1 of 3)"
+    assert found[0].plan_text == "step 1 of 3 toward a tiled contraction measured at 0.41 ms (now 13 ms)"
+    assert found[0].to_json()["plan"]["end_figure"] == "measured"
+    assert all(s.plan is None for s in found[1:])
+    hover = step_text(programs[0], found[0], "leir", "llvm", lookup)
+    assert "step 1 of 3 toward a tiled contraction measured at 0.41 ms (now 13 ms)" in hover
+
+    # After the first step, the second is offered first, as step 2 of 3.
+    after = suggest(print_program(programs[1].program), "leir", measured=lookup)
+    assert after[0].step == steps[1] and after[0].label.endswith("(plan step 2 of 3)")
+
+
+def test_a_plan_whose_end_was_not_measured_shows_the_predicted_figure_or_none(lookup):
+    steps = [SPLIT_I]
+    programs = _plan_chain(TRANSPOSE, steps)
+    lookup.outcomes.record_plan(programs[:-1], steps, programs[-1], "parallel rows", predicted_ms=0.5)
+    found = suggest(TRANSPOSE, "leir", measured=lookup)
+    assert found[0].plan_text == "step 1 of 1 toward parallel rows predicted at 0.5 ms"
+    assert found[0].to_json()["plan"]["end_figure"] == "predicted"
+    lookup.outcomes.record_plan(programs[:-1], steps, programs[-1], "parallel rows")
+    found = suggest(TRANSPOSE, "leir", measured=lookup)
+    assert found[0].plan_text == "step 1 of 1 toward parallel rows"  # no figure is made up
+    # Without a lookup (no cache) there is no plan: the heuristic order stands.
+    assert all(s.plan is None for s in suggest(TRANSPOSE, "leir"))

@@ -69,6 +69,8 @@ def step_text(analysis: "Analysis", s: "Suggestion", language: str, target: str,
         if measured is not None:
             text += (f"\n- measured {latency_text(measured[0])} -> {latency_text(measured[1])}"
                      f" ({measured[0] / measured[1]:.2f}x) on {s.before.target}, {s.before.device}")
+    if s.plan_text is not None:
+        text = f"This is {s.plan_text}, a plan that was applied and verified as a whole.\n\n{text}"
     return f"### {s.label}\n{text}"
 
 

@@ -484,8 +484,11 @@ def cmd_optimize(args) -> int:
         # Said before the search, not after minutes of it.
         raise LeirError(f"{args.write}: no such directory {Path(args.write).parent}")
     progress = (lambda line: print(f"leir optimize: {line}", file=sys.stderr)) if not args.json else None
+    from leir.tools.jobs import record_plan
+
     result = optimize(analysis, steps=args.steps, budget=args.budget, strategy=args.strategy, target=args.target,
-                      seed=args.seed, beam_width=args.beam_width, iterations=args.iterations, progress=progress)
+                      seed=args.seed, beam_width=args.beam_width, iterations=args.iterations, progress=progress,
+                      on_plan=record_plan)
     if args.json:
         print(json.dumps(result.to_json(), indent=1))
     else:

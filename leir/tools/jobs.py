@@ -153,6 +153,20 @@ def _apply_tvmscript(text: str, step, kernel: str | None, verify: bool, record: 
                    print_program(after.ctx.analysis.complete_program()))
 
 
+def record_plan(programs, steps, end, goal: str) -> None:
+    """Remember a kept plan in the step outcomes, so that the editor offers
+    its steps in order (``leir.tools.suggest``)."""
+    from leir.tools.measuring import default_outcomes
+
+    outcomes = default_outcomes()
+    if outcomes is None:
+        return
+    try:
+        outcomes.record_plan(programs, steps, end, goal)
+    except LeirError:
+        pass  # a read-only cache directory costs the plan's ranking, not the search
+
+
 def _record(before, step, after, namespace: str) -> None:
     from leir.tools.measuring import default_outcomes
 
@@ -323,7 +337,7 @@ def _optimize(conn, text: str, language: str, kernel: str | None, options: dict)
         conn.send(messages.StepKept(record.to_json(), print_program(after.program)))
 
     result = optimize(start, steps=steps, budget=budget, strategy=strategy, target=target, measurer=measurer,
-                      seed=seed, progress=progress, on_kept=kept)
+                      seed=seed, progress=progress, on_kept=kept, on_plan=record_plan)
     return messages.Done(result.to_json())
 
 

@@ -20,6 +20,7 @@ then its top next steps.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import sqlite3
@@ -291,6 +292,31 @@ def program_digest(analysis: Analysis) -> str:
     return hashlib.sha256(structural_text(analysis).encode("utf-8")).hexdigest()
 
 
+@dataclass(frozen=True)
+class PlanAhead:
+    """The rest of a plan from a program: its next step is step ``index``
+    of ``of`` toward ``goal`` ("a tiled contraction"), ending at the
+    program ``end`` (text). ``predicted_ms``: a cost model's figure for
+    ``end`` when it was not measured."""
+
+    goal: str
+    index: int
+    of: int
+    steps: tuple[Step, ...]
+    end: str
+    predicted_ms: float | None = None
+
+    @property
+    def next_step(self) -> Step:
+        return self.steps[0]
+
+    def end_analysis(self) -> Analysis | None:
+        from leir.bridge.document import load_leir
+
+        doc = load_leir(self.end)
+        return doc.analysis if doc.ok else None
+
+
 class StepOutcomes:
     """(program, step) -> the program the step produced, for steps that were
     applied and verified. An SQLite file next to the measurement cache
@@ -311,6 +337,8 @@ class StepOutcomes:
             self._conn.execute("PRAGMA journal_mode = WAL")
             self._conn.execute("CREATE TABLE IF NOT EXISTS outcomes (program TEXT NOT NULL, step TEXT NOT NULL,"
                                " after TEXT NOT NULL, PRIMARY KEY (program, step))")
+            self._conn.execute("CREATE TABLE IF NOT EXISTS plans (program TEXT NOT NULL, namespace TEXT NOT NULL,"
+                               " plan TEXT NOT NULL, PRIMARY KEY (program, namespace))")
         except (OSError, sqlite3.Error) as e:
             raise LeirError(f"step outcomes {self.path}: cannot open ({e})") from None
 
@@ -341,6 +369,49 @@ class StepOutcomes:
             except sqlite3.Error:
                 return None
         return None if row is None else row[0]
+
+    def record_plan(self, programs: Sequence[Analysis], steps: Sequence[Step], end: Analysis, goal: str,
+                    namespace: str = "leir", predicted_ms: float | None = None) -> None:
+        """Remember a plan that was applied and verified: ``programs[k]`` is
+        the program before ``steps[k]``, ``end`` the program after the last.
+        Each of its programs then knows the rest of the plan from it
+        (``plan_ahead``); a later plan from one program replaces an earlier."""
+        from leir.printer import print_program
+
+        end_text = print_program(end.complete_program())
+        n = len(steps)
+        rows = []
+        for k, (before, step) in enumerate(zip(programs, steps)):
+            plan = {"goal": goal, "index": k + 1, "of": n, "steps": [s.to_json() for s in steps[k:]], "end": end_text,
+                    "predicted_ms": predicted_ms}
+            rows.append((program_digest(before), namespace, json.dumps(plan, sort_keys=True)))
+        with self._lock:
+            try:
+                self._conn.executemany("INSERT OR REPLACE INTO plans (program, namespace, plan) VALUES (?, ?, ?)",
+                                       rows)
+            except sqlite3.Error as e:
+                raise LeirError(f"step outcomes {self.path}: cannot write ({e})") from None
+
+    def plan_ahead(self, before: Analysis | str, namespace: str = "leir") -> "PlanAhead | None":
+        """The rest of a recorded plan from ``before`` (an analysis or its
+        digest), or None."""
+        digest = before if isinstance(before, str) else program_digest(before)
+        with self._lock:
+            try:
+                row = self._conn.execute("SELECT plan FROM plans WHERE program = ? AND namespace = ?",
+                                         (digest, namespace)).fetchone()
+            except sqlite3.Error:
+                return None
+        if row is None:
+            return None
+        from leir.transforms.base import Step
+
+        try:
+            d = json.loads(row[0])
+            return PlanAhead(d["goal"], int(d["index"]), int(d["of"]),
+                             tuple(Step(s["id"], s["args"]) for s in d["steps"]), d["end"], d.get("predicted_ms"))
+        except (ValueError, KeyError, TypeError):
+            return None  # a row this version cannot read: no plan, not a crash
 
     def after(self, before: Analysis | str, step: Step, namespace: str = "leir") -> Analysis | None:
         """The analysed program ``step`` produced from ``before`` (an analysis
@@ -424,6 +495,27 @@ class MeasuredLookup:
             return self.cache.lookup(memo[1])
         except LeirError:
             return None
+
+    def plan_ahead(self, before: Analysis | str, namespace: str = "leir") -> "tuple[PlanAhead, Measurement | None] | None":
+        """The rest of a recorded plan from ``before`` and the cached
+        measurement of its end program (None when only predicted)."""
+        if self.outcomes is None:
+            return None
+        ahead = self.outcomes.plan_ahead(before, namespace)
+        if ahead is None:
+            return None
+        end = ahead.end_analysis()
+        return ahead, (self.measured(end) if end is not None else None)
+
+    def record_plan(self, programs, steps, end, goal: str, namespace: str = "leir",
+                    predicted_ms: float | None = None) -> None:
+        """``StepOutcomes.record_plan`` when there are outcomes; a failure to
+        write is logged, never raised."""
+        if self.outcomes is not None:
+            try:
+                self.outcomes.record_plan(programs, steps, end, goal, namespace, predicted_ms)
+            except LeirError as e:
+                logger.warning("%s", e)
 
     def after(self, before: Analysis | str, step: Step, namespace: str = "leir") -> "Measurement | None":
         """The cached measurement of the program ``step`` produced from

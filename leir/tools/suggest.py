@@ -40,6 +40,7 @@ from leir.transforms.base import Step
 
 if TYPE_CHECKING:
     from leir.measure import Measurement
+    from leir.tools.measuring import PlanAhead
 
 __all__ = ["Suggestion", "suggest"]
 
@@ -62,6 +63,34 @@ class Suggestion:
     #: Cached measurements of the program before and after the step.
     before: "Measurement | None" = None
     after: "Measurement | None" = None
+    #: The plan this step continues (``StepOutcomes.record_plan``) and the
+    #: cached measurement of the plan's end program (None: not measured).
+    plan: "PlanAhead | None" = None
+    plan_end: "Measurement | None" = None
+
+    @property
+    def plan_end_ms(self) -> tuple[float, str] | None:
+        """The plan's end latency and whether it was "measured" or "predicted"."""
+        if self.plan is None:
+            return None
+        if self.plan_end is not None and self.plan_end.median_ms:
+            return self.plan_end.median_ms, "measured"
+        if self.plan.predicted_ms is not None:
+            return self.plan.predicted_ms, "predicted"
+        return None
+
+    @property
+    def plan_text(self) -> str | None:
+        """"step 1 of 7 toward a tiled contraction measured at 0.41 ms (now 13 ms)"."""
+        if self.plan is None:
+            return None
+        text = f"step {self.plan.index} of {self.plan.of} toward {self.plan.goal}"
+        end = self.plan_end_ms
+        if end is not None:
+            text += f" {end[1]} at {end[0]:.3g} ms"
+            if self.before is not None and self.before.median_ms:
+                text += f" (now {self.before.median_ms:.3g} ms)"
+        return text
 
     @property
     def speedup(self) -> float | None:
@@ -71,7 +100,10 @@ class Suggestion:
 
     @property
     def label(self) -> str:
-        """The title an editor shows: "Split loop k by 32 (measured 2.1x)"."""
+        """The title an editor shows: "Split loop k by 32 (measured 2.1x)",
+        or for a plan's next step "Split loop k by 32 (plan step 1 of 7)"."""
+        if self.plan is not None:
+            return f"{self.title} (plan step {self.plan.index} of {self.plan.of})"
         speedup = self.speedup
         return self.title if speedup is None else f"{self.title} (measured {speedup:.1f}x)"
 
@@ -85,6 +117,11 @@ class Suggestion:
             out["latency_after_ms"] = self.after.median_ms
         if self.speedup is not None:
             out["speedup"] = round(self.speedup, 3)
+        if self.plan is not None:
+            end = self.plan_end_ms
+            out["plan"] = {"goal": self.plan.goal, "step": self.plan.index, "of": self.plan.of,
+                           "end_ms": None if end is None else round(end[0], 4),
+                           "end_figure": None if end is None else end[1], "text": self.plan_text}
         return out
 
 
@@ -117,10 +154,13 @@ def suggest(text: str, language: str, at: int | None = None, *, kernel: str | No
 
 
 def order(found: list[Suggestion]) -> list[Suggestion]:
-    """Measured steps first (greatest speedup first), then by score."""
-    measured = sorted((s for s in found if s.speedup is not None), key=lambda s: -s.speedup)
-    rest = sorted((s for s in found if s.speedup is None), key=lambda s: -s.score)  # stable: catalogue order
-    return measured + rest
+    """The next step of a recorded plan first, then measured steps (greatest
+    speedup first), then by score."""
+    planned = [s for s in found if s.plan is not None]
+    measured = sorted((s for s in found if s.plan is None and s.speedup is not None), key=lambda s: -s.speedup)
+    rest = sorted((s for s in found if s.plan is None and s.speedup is None),
+                  key=lambda s: -s.score)  # stable: catalogue order
+    return planned + measured + rest
 
 
 # Hover and code actions ask again and again about one version of a
@@ -184,12 +224,14 @@ def _leir_suggestions(doc, at: int | None, target: str, measured: MeasuredLookup
         return []
     scores = _scores(ctx, [c.step for c in candidates], target, ranker)
     before = measured.measured(analysis) if measured is not None else None
-    digest = program_digest(analysis) if before is not None else None
+    digest = program_digest(analysis) if measured is not None else None
+    ahead = measured.plan_ahead(digest) if measured is not None else None
     out = []
     for c in candidates:
         score, facts = scores.get(c.step.key, (0.0, ()))
-        after = measured.after(digest, c.step) if digest is not None else None
-        out.append(Suggestion(c.step, c.title, c.span, None, score, facts, before, after))
+        after = measured.after(digest, c.step) if before is not None else None
+        plan, plan_end = (ahead if ahead is not None and ahead[0].next_step == c.step else (None, None))
+        out.append(Suggestion(c.step, c.title, c.span, None, score, facts, before, after, plan, plan_end))
     return out
 
 

@@ -64,11 +64,12 @@ from leir.tools.measuring import Measurer, default_measurer
 from leir.tools.optimize.states import (
     CONFIRM_COST, Budget, OnKept, Result, State, TrajectoryStep, chain, program_key, tell, trajectory,
 )
+from leir.tools.optimize.planned import OnPlan
 from leir.tools.optimize.strategies import CONFIRMING, SEARCHES, confirm_final
 from leir.tools.ranking import Ranker
 
 __all__ = [
-    "CONFIRM_COST", "MIN_BUDGET", "STRATEGIES", "Budget", "OnKept", "OptimizeError", "Result", "State",
+    "CONFIRM_COST", "MIN_BUDGET", "STRATEGIES", "Budget", "OnKept", "OnPlan", "OptimizeError", "Result", "State",
     "TrajectoryStep", "format_result", "optimize", "program_key",
 ]
 
@@ -86,7 +87,8 @@ class OptimizeError(LeirError):
 def optimize(analysis: Analysis, steps: int = 4, budget: int | None = None, strategy: str = "greedy",
              target: str = "llvm", measurer: Measurer | None = None, seed: int = 0, beam_width: int = 3,
              iterations: int = 10, progress: Callable[[str], None] | None = None,
-             ranker: Ranker | None = None, on_kept: OnKept | None = None, cost_model="auto") -> Result:
+             ranker: Ranker | None = None, on_kept: OnKept | None = None, cost_model="auto",
+             on_plan: OnPlan | None = None) -> Result:
     """Search for at most ``steps`` verified steps using at most ``budget``
     measurements (default 6 per step, the start included; a paired
     confirmation counts ``CONFIRM_COST``), trying the steps in the order of
@@ -95,7 +97,10 @@ def optimize(analysis: Analysis, steps: int = 4, budget: int | None = None, stra
     once the final program's gain is confirmed (before that, none is
     kept). ``cost_model`` screens the ``plans`` search's candidates
     (``leir.tools.costs.CostModel``): "auto" loads the installed one
-    (``leir_models``), None screens nothing (the plans' own order)."""
+    (``leir_models``), None screens nothing (the plans' own order).
+    ``on_plan`` hears of a plan the ``plans`` search keeps, once it is
+    confirmed (``leir.tools.optimize.planned.OnPlan``), so that the editor
+    can offer its steps in order (``StepOutcomes.record_plan``)."""
     if strategy not in STRATEGIES:
         raise OptimizeError(f"unknown strategy {strategy!r}: expected one of {', '.join(STRATEGIES)}")
     if target not in TARGETS:
@@ -131,7 +136,7 @@ def optimize(analysis: Analysis, steps: int = 4, budget: int | None = None, stra
 
                     cost_model = load_cost_model()
             best, reason = SEARCHES[strategy](start, steps, meter, rng, target, ranker=ranker, on_kept=on_kept,
-                                              cost_model=cost_model)
+                                              cost_model=cost_model, on_plan=on_plan)
         else:
             search = SEARCHES[strategy]
             meter.limit -= CONFIRM_COST  # kept for the final confirmation

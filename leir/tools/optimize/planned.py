@@ -31,6 +31,7 @@ When no plan fits the program, the search is greedy's.
 from __future__ import annotations
 
 import random
+from typing import Callable, Sequence
 
 from leir.errors import LeirError
 from leir.semantics import analyze
@@ -38,7 +39,12 @@ from leir.tools.measuring import MIN_GAIN
 from leir.tools.optimize.states import CONFIRM_COST, Budget, OnKept, State, TrajectoryStep, program_key, tell
 from leir.tools.ranking import Ranked, Ranker
 
-__all__ = ["PLAN_ROUND", "planned"]
+__all__ = ["PLAN_ROUND", "OnPlan", "planned"]
+
+#: Told of a plan the search keeps: ``(programs, steps, end, goal)``, the
+#: analysed program before each step, the steps, the program after the last,
+#: and what the plan reaches ("a tiled contraction").
+OnPlan = Callable[[Sequence, Sequence, object, str], None]
 
 #: End states measured per screening round.
 PLAN_ROUND = 8
@@ -124,7 +130,7 @@ def _plan_json(plan, k: int, n: int) -> dict:
 
 
 def planned(start: State, steps: int, meter: Budget, rng: random.Random, target: str, ranker: Ranker | None = None,
-            on_kept: OnKept | None = None, cost_model=None, **_) -> tuple[State, str]:
+            on_kept: OnKept | None = None, cost_model=None, on_plan: OnPlan | None = None, **_) -> tuple[State, str]:
     from leir.tools.optimize.strategies import SEARCHES
     from leir.transforms import verify
 
@@ -174,6 +180,8 @@ def planned(start: State, steps: int, meter: Budget, rng: random.Random, target:
     plan, states = kept
     for s in states:
         tell(on_kept, s, target)
+    if on_plan is not None:
+        on_plan([s.parent.analysis for s in states], [s.trace[-1][0] for s in states], states[-1].analysis, plan.goal)
     end = states[-1]
     left = steps - len(states)
     if left < 1 or meter.left < 1 + CONFIRM_COST:
