@@ -18,6 +18,8 @@ export interface TrajectoryStep {
   latency_after_ms?: number;
   speedup?: number;
   reasoning?: string;
+  /** Set on a step of a plan (`leir optimize --strategy plans`): only its last step carries latencies, the whole plan's. */
+  plan?: { goal: string; step: number; of: number };
 }
 
 /** `leir/trajectory` {uri, kernel, steps, done, final?}; `leir.showTrajectory` {uri, kernel, steps}. */
@@ -45,10 +47,13 @@ export interface PlotPoint {
 
 export function latencyPoints(t: Trajectory): PlotPoint[] {
   const points: PlotPoint[] = [];
-  const first = t.steps[0];
-  // The first step's own "before" was timed against its "after" (paired
-  // rounds); `start_ms` may come from a separate, earlier measurement. The
-  // plot's ratios are the steps' own, so the paired figure wins.
+  // The first timed step's own "before" was timed against its "after"
+  // (paired rounds); `start_ms` may come from a separate, earlier
+  // measurement. The plot's ratios are the steps' own, so the paired figure
+  // wins. A plan's steps before its last are not timed: its last step's
+  // "before" is the program before the whole plan, the start.
+  const leading = t.steps.findIndex((s) => !s.plan || finite(s.latency_before_ms));
+  const first = leading >= 0 && (leading === 0 || t.steps[leading].plan) ? t.steps[leading] : undefined;
   const start = first && finite(first.latency_before_ms) ? first.latency_before_ms : finite(t.start_ms) ? t.start_ms : undefined;
   if (start !== undefined) {
     points.push({ step: 0, ms: start, label: "start" });
@@ -173,10 +178,13 @@ export function trajectoryHtml(t: Trajectory | undefined, opts: PageOptions): st
         : "";
     const rows = t.steps
       .map((s) => {
-        const lat =
+        const measured =
           finite(s.latency_before_ms) && finite(s.latency_after_ms)
             ? `${fmt(s.latency_before_ms)} → ${fmt(s.latency_after_ms)}${finite(s.speedup) ? ` (${s.speedup.toFixed(2)}×)` : ""}`
-            : "not measured";
+            : undefined;
+        const lat = s.plan
+          ? `plan step ${s.plan.step} of ${s.plan.of} toward ${s.plan.goal}: ${measured ? `${measured}, the whole plan` : "not timed alone"}`
+          : measured ?? "not measured";
         return [
           `<li>`,
           `<div class="step"><span class="id">${escapeHtml(s.title ?? s.id)}</span> <code>${escapeHtml(describeArgs(s.args))}</code></div>`,

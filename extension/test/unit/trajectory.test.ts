@@ -52,6 +52,21 @@ describe("trajectory", () => {
     assert.match(html, /10\.0 ms → 100 µs \(100\.00×\)/);
   });
 
+  it("marks a plan's steps, the whole plan's latency on its last step only", () => {
+    const plan: Trajectory = {
+      uri: "file:///w/mm.leir",
+      done: true,
+      steps: [
+        { id: "split", plan: { goal: "a tiled contraction", step: 1, of: 2 } },
+        { id: "vectorize", latency_before_ms: 13, latency_after_ms: 0.41, speedup: 31.7, plan: { goal: "a tiled contraction", step: 2, of: 2 } },
+      ],
+    };
+    const html = trajectoryHtml(plan, { cspSource: "s", nonce: "n" });
+    assert.match(html, /plan step 1 of 2 toward a tiled contraction: not timed alone/);
+    assert.match(html, /plan step 2 of 2 toward a tiled contraction: 13\.0 ms → 410 µs \(31\.70×\), the whole plan/);
+    assert.deepEqual(latencyPoints(plan).map((p) => [p.step, p.ms]), [[0, 13], [2, 0.41]]);
+  });
+
   it("names the file, and says whether an empty trajectory is a finished search", () => {
     const opts = { cspSource: "s", nonce: "n" };
     assert.match(trajectoryHtml(T, opts), /<h1 title="file:\/\/\/w\/matmul\.leir">main — matmul\.leir<\/h1>/);
