@@ -250,12 +250,25 @@ def with_digits(e: A.Expr, var: str) -> A.Expr:
 def split_digits(indices, loop: A.Loop) -> tuple[list[A.Expr], dict[str, Range]] | None:
     """``indices`` in the digits of ``loop`` and the digits' ranges, when the
     loop (from 0, extent a multiple of ``n``) appears only as ``v//n`` and
-    ``v%n``; else None."""
-    n = digit_base(indices, loop.var)
-    if n is None or loop.start != 0 or loop.extent % n or not 1 < n < loop.extent:
-        return None
-    hi, lo = digit_names(loop.var)
-    return [with_digits(i, loop.var) for i in indices], {hi: (0, loop.extent // n - 1), lo: (0, n - 1)}
+    ``v%n``; else None. A digit that is itself read as ``d//m`` and ``d%m``
+    (a loop fused twice) is split again: the ranges are those of the final
+    digits, every one of them a variable the indices are affine in."""
+    work = [(loop.var, loop.start, loop.extent)]
+    ranges: dict[str, Range] = {}
+    indices = list(indices)
+    split_any = False
+    while work:
+        var, start, extent = work.pop()
+        n = digit_base(indices, var)
+        if n is None or start != 0 or extent % n or not 1 < n < extent:
+            if var != loop.var:
+                ranges[var] = (start, start + extent - 1)
+            continue
+        split_any = True
+        hi, lo = digit_names(var)
+        indices = [with_digits(i, var) for i in indices]
+        work += [(hi, 0, extent // n), (lo, 0, n)]
+    return (indices, ranges) if split_any else None
 
 
 def opaque_outer(e: A.Expr, free: set[str] | frozenset[str], names: dict) -> A.Expr:
@@ -290,10 +303,13 @@ def separates_iterations(indices, loop: A.Loop, ranges: dict[str, Range]) -> boo
     if split is None:
         return False
     digits, digit_ranges = split
-    forms = [f for f in (linearize(i) for i in digits) if f is not None]
-    hi, lo = digit_names(loop.var)
+    forms = [linearize(i) for i in digits]
+    if any(f is None for f in forms):
+        return False
     both = {**ranges, **digit_ranges}
-    return separates(forms, hi, both) and separates(forms, lo, both)
+    # The loop is one-to-one with its digits: two iterations differ in one
+    # of them, which must then separate with the others free.
+    return all(separates(forms, d, both) for d in digit_ranges)
 
 
 def injective(indices, loops) -> bool:

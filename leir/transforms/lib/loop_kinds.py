@@ -251,10 +251,14 @@ def _independent(site: LoopSite, w: EquationInfo, write: A.Access, r: EquationIn
         return False
     digits, ranges = split
     wd, rd = digits[:len(opaque_w)], digits[len(opaque_w):]
-    hi, lo = affine.digit_names(var)
-    lo_range = {lo: ranges[lo]}
-    return (_apart(hi, outer, wd, rd, {**inner_w, **lo_range}, {**inner_r, **lo_range})
-            and _apart(lo, outer | {hi}, wd, rd, inner_w, inner_r))
+    # Two different iterations differ in a first digit (in any fixed order):
+    # the digits before it are equal at both, the ones after it free.
+    order = list(ranges)
+    for k, d in enumerate(order):
+        later = {x: ranges[x] for x in order[k + 1:]}
+        if not _apart(d, outer | set(order[:k]), wd, rd, {**inner_w, **later}, {**inner_r, **later}):
+            return False
+    return True
 
 
 def _apart(var: str, outer: set[str], write_indices, read_indices, inner_w: dict, inner_r: dict) -> bool:
