@@ -73,6 +73,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernel", help="which kernel of a Python file with several")
     p.set_defaults(handler=cmd_apply)
 
+    p = sub.add_parser("import-trace", help="translate MetaSchedule tuning records into catalogue steps")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--database", required=True, metavar="DIR",
+                   help="MetaSchedule's work directory (database_workload.json, database_tuning_record.json)")
+    p.add_argument("--json", action="store_true", help="print every record's translation as JSON")
+    p.add_argument("--write", metavar="OUT", help="write the best record's steps as a trace for `leir replay`")
+    p.set_defaults(handler=cmd_import_trace)
+
     p = sub.add_parser("replay", help="apply a trace of steps (a JSON list) and print the result")
     p.add_argument("file", metavar="FILE")
     p.add_argument("trace", metavar="TRACE.json")
@@ -470,6 +478,49 @@ def cmd_replay(args) -> int:
     else:
         sys.stdout.write(out)
     return EXIT_OK
+
+
+def cmd_import_trace(args) -> int:
+    import json
+
+    from leir import transforms
+    from leir.bridge.document import load_program
+    from leir.tools.trace_import import import_database
+
+    analysis, _ = load_program(args.file)
+    found = import_database(analysis, args.database)
+    if not found.records:
+        raise LeirError(f"{args.database}: no record that ran for this program"
+                        + (f" ({found.other_workloads} of other programs)" if found.other_workloads else ""))
+    seconds, best = found.records[0]
+    verified = transforms.verify(analysis, _reanalysed(best.program))
+    summary = {"records": len(found.records), "complete": found.complete, "other_workloads": found.other_workloads,
+               "lost": found.lost_kinds(), "best": {**best.to_json(), "metaschedule_ms": round(seconds * 1e3, 4),
+                                                  "verified": verified.ok, "verification": verified.summary()}}
+    if args.write:
+        write_atomic(Path(args.write), json.dumps([s.to_json() for s in best.steps], indent=1) + "\n")
+    if args.json:
+        summary["all"] = [{"metaschedule_ms": round(s * 1e3, 4), **imp.to_json()} for s, imp in found.records]
+        print(json.dumps(summary, indent=1))
+        return EXIT_OK
+    print(f"{found.complete} of {len(found.records)} records translate completely into catalogue steps"
+          + (f" ({found.other_workloads} records of other programs skipped)" if found.other_workloads else ""))
+    for kind, n in found.lost_kinds().items():
+        print(f"  not translated: {kind} ({n} times)")
+    print(f"best record ({seconds * 1e3:.4g} ms measured by MetaSchedule): {len(best.steps)} steps, "
+          f"{'complete' if best.complete else 'stopped: ' + str(best.stopped)}; "
+          f"{'verified' if verified.ok else 'NOT verified'} against the program ({verified.summary()})")
+    for k, step in enumerate(best.steps, 1):
+        print(f"{k}. {step.id} {json.dumps(step.args, sort_keys=True)}")
+    for text in best.lost:
+        print(f"   lost: {text}")
+    return EXIT_OK
+
+
+def _reanalysed(program):
+    from leir.semantics import analyze
+
+    return analyze(program)
 
 
 def cmd_optimize(args) -> int:

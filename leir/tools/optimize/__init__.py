@@ -64,8 +64,8 @@ from leir.tools.measuring import Measurer, default_measurer
 from leir.tools.optimize.states import (
     CONFIRM_COST, Budget, OnKept, Result, State, TrajectoryStep, chain, program_key, tell, trajectory,
 )
-from leir.tools.optimize.planned import OnPlan
-from leir.tools.optimize.strategies import CONFIRMING, SEARCHES, confirm_final
+from leir.tools.optimize.planned import OnPlan, planned
+from leir.tools.optimize.strategies import SEARCHES as _SEARCHES, confirm_final
 from leir.tools.ranking import Ranker
 
 __all__ = [
@@ -73,6 +73,11 @@ __all__ = [
     "TrajectoryStep", "format_result", "optimize", "program_key",
 ]
 
+#: Each strategy's search; ``plans`` and ``greedy`` confirm each step they
+#: keep (and tell ``on_kept`` as they keep it), ``beam`` and ``mcts``
+#: confirm their final program (``confirm_final``).
+SEARCHES = {"plans": planned, **_SEARCHES}
+CONFIRMING = ("plans", "greedy")
 STRATEGIES = tuple(SEARCHES)
 
 #: The smallest budget a search can use: the start, one candidate and its

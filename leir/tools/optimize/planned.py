@@ -37,6 +37,7 @@ from leir.errors import LeirError
 from leir.semantics import analyze
 from leir.tools.measuring import MIN_GAIN
 from leir.tools.optimize.states import CONFIRM_COST, Budget, OnKept, State, TrajectoryStep, program_key, tell
+from leir.tools.optimize.strategies import _greedy as greedy
 from leir.tools.ranking import Ranked, Ranker
 
 __all__ = ["PLAN_ROUND", "OnPlan", "planned"]
@@ -131,10 +132,8 @@ def _plan_json(plan, k: int, n: int) -> dict:
 
 def planned(start: State, steps: int, meter: Budget, rng: random.Random, target: str, ranker: Ranker | None = None,
             on_kept: OnKept | None = None, cost_model=None, on_plan: OnPlan | None = None, **_) -> tuple[State, str]:
-    from leir.tools.optimize.strategies import SEARCHES
     from leir.transforms import verify
 
-    greedy = SEARCHES["greedy"]
     progress = meter.progress
     items = _candidates(start, steps, target, rng.randrange(1 << 30), progress)
     if not items:

@@ -1,4 +1,4 @@
-"""The search strategies: plans (``planned``), greedy, beam and MCTS over the ranked, verified
+"""The search strategies: greedy, beam and MCTS over the ranked, verified
 candidates (``leir.tools.optimize`` explains each)."""
 
 from __future__ import annotations
@@ -174,11 +174,6 @@ def _mcts(start: State, steps: int, meter: Budget, rng: random.Random, target: s
     return best, f"{iterations} iterations searched" if meter.left > 0 else "budget spent"
 
 
-from leir.tools.optimize.planned import planned  # noqa: E402  (it calls back into _greedy through SEARCHES)
-
-#: Each strategy's search: ``(start, steps, meter, rng, target, **options) -> (best, stop reason)``.
-#: ``plans`` and ``greedy`` confirm each step they keep; ``beam`` and
-#: ``mcts`` confirm their final program (``confirm_final``).
-SEARCHES = {"plans": planned, "greedy": _greedy, "beam": _beam, "mcts": _mcts}
-#: The strategies that confirm as they go (and tell ``on_kept`` as they keep).
-CONFIRMING = ("plans", "greedy")
+#: Each strategy's search: ``(start, steps, meter, rng, target, **options) -> (best, stop reason)``
+#: (``leir.tools.optimize.SEARCHES`` adds ``plans``, which polishes with ``greedy``).
+SEARCHES = {"greedy": _greedy, "beam": _beam, "mcts": _mcts}
