@@ -272,3 +272,22 @@ def test_plans_search_tells_on_plan_what_the_editor_needs_to_offer_the_plan(tmp_
     ahead = outcomes.plan_ahead(programs[2])
     assert (ahead.index, ahead.of, ahead.next_step) == (3, len(steps), steps[2])
     assert outcomes.plan_ahead(analysis(DENSE)) is None
+
+
+def test_neighbours_differ_in_one_parameter_and_the_search_tries_them():
+    from dataclasses import asdict
+
+    from leir.tools.optimize import optimize
+    from leir.tools.plans import neighbours
+
+    a = analysis(MATMUL)
+    t = ContractionTiling("C", "j", 16, "i", 4, "k", k_in=8)  # a point of the grid
+    near = neighbours(t, a, machine=AVX2)
+    assert near and t not in near
+    for n in near:
+        changed = {k for k, v in asdict(n).items() if asdict(t)[k] != v}
+        assert len(changed) == 1, changed
+    assert any(n.k_in == 16 for n in near) and any(n.cache is False for n in near)
+    said = []
+    optimize(a, steps=30, budget=40, strategy="plans", measurer=KindsMeasurer(), cost_model=None, progress=said.append)
+    assert any("one parameter away from the fastest" in line for line in said)

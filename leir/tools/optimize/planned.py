@@ -14,7 +14,11 @@ building, a few measured, the best confirmed, then polished step by step.
 3. **Measuring where it pays.** The most promising are measured in rounds
    of ``PLAN_ROUND``; after each round the cost model learns from what was
    measured (``update``) and the rest are ranked again, as MetaSchedule
-   does with its XGBoost model. Every program timed counts in the budget.
+   does with its XGBoost model. From the third round on, plans one
+   parameter away from the two fastest measured so far join the candidates
+   (``leir.tools.plans.neighbours``: MetaSchedule's evolutionary search
+   mutates one decision at a time the same way). Every program timed
+   counts in the budget.
 4. **Keeping.** The fastest measured end state is verified numerically
    against the start once (``leir.transforms.verify``), then re-timed
    against the start turn about (``Budget.confirm``); it is kept only if
@@ -54,6 +58,11 @@ PLAN_ROUND = 8
 MAX_PLANS = 64
 #: The share of the budget the plans get when greedy polish may follow.
 PLAN_SHARE = 0.75
+#: After the first rounds, the search tries plans one parameter away from
+#: the ``EXPAND_BEST`` fastest measured so far, ``NEIGHBOURS`` of each.
+EXPAND_AFTER_ROUNDS = 2
+EXPAND_BEST = 2
+NEIGHBOURS = 12
 
 
 def _plan_states(start: State, plan, target: str) -> list[State]:
@@ -69,12 +78,14 @@ def _plan_states(start: State, plan, target: str) -> list[State]:
     return states
 
 
-def _candidates(start: State, steps: int, target: str, seed: int, progress) -> list[tuple[object, list[State]]]:
-    from leir.tools.plans import PlanFailed, plans_for, realize
+def _realized(start: State, specs, steps: int, target: str, seen: set[str], limit: int) -> list:
+    """(plan, its states) of up to ``limit`` of ``specs`` that apply, fit in
+    ``steps`` and reach a program not in ``seen`` (which they join)."""
+    from leir.tools.plans import PlanFailed, realize
 
-    out, seen = [], {start.key}
-    for spec in plans_for(start.analysis, target, seed=seed):
-        if len(out) == MAX_PLANS:
+    out = []
+    for spec in specs:
+        if len(out) == limit:
             break
         try:
             plan = realize(spec, start.analysis)
@@ -87,9 +98,26 @@ def _candidates(start: State, steps: int, target: str, seed: int, progress) -> l
             continue
         seen.add(states[-1].key)
         out.append((plan, states))
+    return out
+
+
+def _candidates(start: State, steps: int, target: str, seed: int, progress, seen: set[str]) -> list:
+    from leir.tools.plans import plans_for
+
+    out = _realized(start, plans_for(start.analysis, target, seed=seed), steps, target, seen, MAX_PLANS)
     if progress:
         progress(f"{len(out)} plans fit the program")
     return out
+
+
+def _neighbours(start: State, plan, steps: int, target: str, seen: set[str], rng: random.Random) -> list:
+    """Realized plans one parameter away from ``plan`` (at most
+    ``NEIGHBOURS``, drawn at random)."""
+    from leir.tools.plans import neighbours
+
+    specs = neighbours(plan.spec, start.analysis, target)
+    rng.shuffle(specs)
+    return _realized(start, specs, steps, target, seen, NEIGHBOURS)
 
 
 def _ranked(cost_model, items: list, target: str) -> list:
@@ -135,16 +163,35 @@ def planned(start: State, steps: int, meter: Budget, rng: random.Random, target:
     from leir.transforms import verify
 
     progress = meter.progress
-    items = _candidates(start, steps, target, rng.randrange(1 << 30), progress)
+    seen = {start.key}
+    items = _candidates(start, steps, target, rng.randrange(1 << 30), progress, seen)
     if not items:
         return greedy(start, steps, meter, rng, target, ranker=ranker, on_kept=on_kept)
     polish = steps > min(len(s) for _, s in items)
     reserve = CONFIRM_COST + (int(meter.left * (1 - PLAN_SHARE)) if polish else 0)
     pending = _ranked(cost_model, items, target)
     measured: list[tuple[object, list[State]]] = []
-    while pending and meter.left - reserve >= 1:
-        batch, pending = pending[:min(PLAN_ROUND, meter.left - reserve)], pending[min(PLAN_ROUND, meter.left - reserve):]
+    expanded: set[int] = set()
+    rounds = 0
+    while meter.left - reserve >= 1:
+        if rounds >= EXPAND_AFTER_ROUNDS or not pending:
+            # Around the fastest so far: plans one parameter away, measured
+            # before the untried first draw (or interleaved by the model).
+            grown = []
+            for plan, states in sorted(measured, key=lambda item: item[1][-1].ms)[:EXPAND_BEST]:
+                if id(plan) not in expanded:
+                    expanded.add(id(plan))
+                    grown += _neighbours(start, plan, steps, target, seen, rng)
+            if grown:
+                if progress:
+                    progress(f"{len(grown)} plans one parameter away from the fastest")
+                pending = _ranked(cost_model, grown + pending, target) if cost_model is not None else grown + pending
+        if not pending:
+            break
+        take = min(PLAN_ROUND, meter.left - reserve)
+        batch, pending = pending[:take], pending[take:]
         meter.measure([states[-1] for _, states in batch])
+        rounds += 1
         done = [(p, s) for p, s in batch if s[-1].ms is not None]
         measured.extend(done)
         if cost_model is not None and done:

@@ -33,7 +33,7 @@ from leir.semantics import Analysis
 from leir.tools.plans.builder import Builder, PlanFailed
 from leir.transforms import Step
 
-__all__ = ["Plan", "PlanFailed", "PlanSpec", "plans_for", "realize"]
+__all__ = ["Plan", "PlanFailed", "PlanSpec", "neighbours", "plans_for", "realize"]
 
 
 class PlanSpec(Protocol):
@@ -78,6 +78,21 @@ def plans_for(analysis: Analysis, target: str = "llvm", machine: Machine | None 
     if not specs:
         specs.extend(rows_plans(analysis, machine))
     return specs
+
+
+def neighbours(spec: PlanSpec, analysis: Analysis, target: str = "llvm", machine: Machine | None = None) -> list[PlanSpec]:
+    """Plans of the same kind that differ from ``spec`` in one parameter,
+    for the search to try around the best it has measured."""
+    from leir.tools.plans.cpu import ContractionTiling, Rows, tiling_neighbours
+
+    machine = machine or Machine.detect()
+    if isinstance(spec, ContractionTiling):
+        return list(tiling_neighbours(spec, analysis, machine))
+    if isinstance(spec, Rows):
+        from leir.tools.plans.cpu import rows_plans
+
+        return [r for r in rows_plans(analysis, machine) if r != spec]
+    return []
 
 
 def realize(spec: PlanSpec, analysis: Analysis) -> Plan:

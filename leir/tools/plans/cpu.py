@@ -179,51 +179,81 @@ def _elementwise_consumers(b: Builder, tensor: str, copy_block: str) -> list[str
     return out
 
 
-def contraction_tilings(analysis: Analysis, machine: Machine, rng: random.Random,
-                        limit: int = 64) -> list[ContractionTiling]:
-    """Up to ``limit`` tilings of each contraction of the program (a
-    reduction with at least one spatial axis stride-1 in every access),
-    drawn from the grid of divisors of its extents, the register tiles a
-    vector register file holds first."""
-    out: list[ContractionTiling] = []
-    names = _block_names(analysis)
-    lanes = max(1, machine.vector_bytes // 4)
-    for info, block in zip(analysis.equations, names):
+def _contractions(analysis: Analysis):
+    """(equation, block name, extents, vector loop, reduction loop) of each
+    contraction a tiling fits."""
+    for info, block in zip(analysis.equations, _block_names(analysis)):
         if info.kind != "reduce" or not info.reduce_axes or not info.spatial:
             continue
         extents = {l.var: l.extent for l in info.loops}
         vector = _vector_axis(analysis, info, gathers=len(info.spatial) >= 2)
         if vector is None:
             continue
-        v_ins = [d for d in divisors(extents[vector]) if lanes <= d <= MAX_LANES and d < extents[vector]]
-        if not v_ins:
+        yield info, block, extents, vector, max(info.reduce_axes, key=lambda v: extents[v])
+
+
+def _grid(info, block: str, extents: dict[str, int], vector: str, reduce: str, lanes: int) -> list[ContractionTiling]:
+    """Every tiling of one contraction: the divisors of its extents that
+    make register tiles within 16 vector registers, cache tiles of the sizes
+    in ``V_MID_ELEMENTS`` and ``R_MID_ROWS``, reduction chunks ``K_CHUNKS``."""
+    v_ins = [d for d in divisors(extents[vector]) if lanes <= d <= MAX_LANES and d < extents[vector]]
+    rows = [v for v in info.spatial if v != vector and extents[v] > 1] or [None]
+    grid = []
+    for row in rows:
+        r_ins = [r for r in ROW_TILES if row is None and r == 1
+                 or row is not None and (r == 1 or extents[row] % r == 0 and r < extents[row])]
+        k_ins = (None,) + tuple(k for k in K_CHUNKS if extents[reduce] % k == 0 and k < extents[reduce])
+        for v_in, r_in in itertools.product(v_ins, r_ins):
+            # Accumulators in registers: r_in x v_in floats within 16 vector registers.
+            if r_in * (v_in // lanes) > 16:
+                continue
+            v_mids = _mid_factors(extents[vector] // v_in, v_in, V_MID_ELEMENTS)
+            r_mids = _mid_factors(extents[row] // r_in, r_in, R_MID_ROWS) if row is not None else [None]
+            for k_in, v_mid, r_mid, fuse, cache, unroll_k in itertools.product(
+                    k_ins, v_mids, r_mids, (False, True), (True, False), (False, True)):
+                grid.append(ContractionTiling(block, vector, v_in, row, r_in, reduce, k_in, v_mid, r_mid,
+                                              fuse_outer=fuse, cache=cache, unroll_reduction=unroll_k))
+    return grid
+
+
+def contraction_tilings(analysis: Analysis, machine: Machine, rng: random.Random,
+                        limit: int = 64) -> list[ContractionTiling]:
+    """Up to ``limit`` tilings of each contraction of the program (a
+    reduction with a spatial loop along which the output moves by 1), drawn
+    from ``_grid``: two thirds the ones ``prior`` ranks first, one third at
+    random from the rest (exploration); a learned cost model reorders them
+    later (``leir.tools.optimize.planned``)."""
+    out: list[ContractionTiling] = []
+    lanes = max(1, machine.vector_bytes // 4)
+    for info, block, extents, vector, reduce in _contractions(analysis):
+        grid = _grid(info, block, extents, vector, reduce, lanes)
+        if not grid:
             continue
-        rows = [v for v in info.spatial if v != vector and extents[v] > 1] or [None]
-        reduce = max(info.reduce_axes, key=lambda v: extents[v])
-        grid = []
-        for row in rows:
-            r_ins = [r for r in ROW_TILES if row is None and r == 1
-                     or row is not None and (r == 1 or extents[row] % r == 0 and r < extents[row])]
-            k_ins = (None,) + tuple(k for k in K_CHUNKS if extents[reduce] % k == 0 and k < extents[reduce])
-            for v_in, r_in in itertools.product(v_ins, r_ins):
-                # Accumulators in registers: r_in x v_in floats within 16 vector registers.
-                if r_in * (v_in // lanes) > 16:
-                    continue
-                v_mids = _mid_factors(extents[vector] // v_in, v_in, V_MID_ELEMENTS)
-                r_mids = _mid_factors(extents[row] // r_in, r_in, R_MID_ROWS) if row is not None else [None]
-                for k_in, v_mid, r_mid, fuse, cache, unroll_k in itertools.product(
-                        k_ins, v_mids, r_mids, (False, True), (True, False), (False, True)):
-                    grid.append(ContractionTiling(block, vector, v_in, row, r_in, reduce, k_in, v_mid, r_mid,
-                                                  fuse_outer=fuse, cache=cache, unroll_reduction=unroll_k))
-        # Two thirds of the draw from the tilings the prior ranks first, one
-        # third from the rest (exploration); a learned cost model reorders
-        # them later (leir.tools.optimize.planned).
         rng.shuffle(grid)
         grid.sort(key=lambda t: -prior(t, extents, machine))
         top = grid[: max(1, 2 * limit // 3)]
         rest = grid[len(top):]
         out.extend(top + rng.sample(rest, min(len(rest), limit - len(top))))
     return out
+
+
+#: The parameters a neighbour changes (one at a time).
+_KNOBS = ("v_in", "row", "r_in", "k_in", "v_mid", "r_mid", "fuse_outer", "unroll", "cache", "unroll_reduction",
+          "columns_outer")
+
+
+def tiling_neighbours(t: ContractionTiling, analysis: Analysis, machine: Machine) -> list[ContractionTiling]:
+    """The tilings of ``t``'s contraction that differ from it in one
+    parameter (MetaSchedule's evolutionary search mutates one decision at a
+    time the same way)."""
+    lanes = max(1, machine.vector_bytes // 4)
+    for info, block, extents, vector, reduce in _contractions(analysis):
+        if block != t.block:
+            continue
+        grid = _grid(info, block, extents, vector, reduce, lanes)
+        grid += [ContractionTiling(**{**asdict(g), "columns_outer": True}) for g in grid if not g.columns_outer]
+        return [g for g in grid if sum(getattr(g, k) != getattr(t, k) for k in _KNOBS) == 1]
+    return []
 
 
 def prior(t: ContractionTiling, extents: dict[str, int], machine: Machine) -> float:
