@@ -98,7 +98,7 @@ async def test_malformed_arguments_are_one_line_errors(leir_lsp: LeirClient, arg
     ({"steps": "three"}, "'steps' must be a whole number from 1 to 50"),
     ({"steps": 0}, "'steps' must be a whole number from 1 to 50"),
     ({"budget": 3}, "'budget' must be a whole number from 4 to 10000"),
-    ({"strategy": "random"}, "'strategy' must be one of greedy, beam, mcts"),
+    ({"strategy": "random"}, "'strategy' must be one of plans, greedy, beam, mcts"),
     ({"apply": "yes"}, "'apply' must be true or false"),
     ({"kernel": "main"}, "a .leir file is one program"),
 ])

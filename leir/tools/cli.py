@@ -93,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, required=True, metavar="N", help="at most N steps")
     p.add_argument("--budget", type=int, metavar="M", help="at most M programs measured, the start included (default 6N+1)")
     p.add_argument("--target", choices=["llvm", "cuda"], default="llvm")
-    p.add_argument("--strategy", choices=["plans", "greedy", "beam", "mcts"], default="greedy")
+    p.add_argument("--strategy", choices=["plans", "greedy", "beam", "mcts"], default="plans",
+                   help="plans (default): plans of catalogue steps, then greedy polish; greedy, beam, mcts: one step at a time")
     p.add_argument("--beam-width", type=int, default=3, metavar="B", help="programs kept per round by beam (default 3)")
     p.add_argument("--iterations", type=int, default=10, help="MCTS iterations (default 10)")
     p.add_argument("--seed", type=int, default=0, help="seed of the exploration picks")

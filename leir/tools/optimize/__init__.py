@@ -89,7 +89,7 @@ class OptimizeError(LeirError):
     """Bad arguments to the search, or a starting program it cannot time."""
 
 
-def optimize(analysis: Analysis, steps: int = 4, budget: int | None = None, strategy: str = "greedy",
+def optimize(analysis: Analysis, steps: int = 4, budget: int | None = None, strategy: str = "plans",
              target: str = "llvm", measurer: Measurer | None = None, seed: int = 0, beam_width: int = 3,
              iterations: int = 10, progress: Callable[[str], None] | None = None,
              ranker: Ranker | None = None, on_kept: OnKept | None = None, cost_model="auto",

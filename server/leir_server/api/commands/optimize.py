@@ -66,7 +66,7 @@ async def run(server, call) -> dict:
     settings = server.session.settings
     steps = call.integer("steps", 3, 1, MAX_STEPS)
     budget = call.integer("budget", settings.measurement_budget, MIN_BUDGET, 10_000)
-    strategy = call.choice("strategy", "greedy", STRATEGIES)
+    strategy = call.choice("strategy", "plans", STRATEGIES)
     apply = call.boolean("apply", False)
     if settings.target == "rpc":
         # The search ranks for a kind of device; the engine measures on the tracker's.
