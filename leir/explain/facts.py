@@ -292,8 +292,15 @@ def footprint_lines(analysis: Analysis, accesses, line_bytes: int = LINE_BYTES) 
     if dims is None or t is None:
         return 0
     eb = dtype_bytes(t.dtype)
+    return dims_lines(dims, eb, line_bytes)
+
+
+def dims_lines(dims: list[tuple[int, int, int]], element_bytes: float, line_bytes: int = LINE_BYTES) -> int:
+    """Cache lines holding a box given per dimension as (points, span,
+    size), as ``_dim_counts`` gives it (see ``footprint_lines``)."""
     if not dims:
         return 1
+    eb = element_bytes
     run = 1  # elements in one contiguous run
     k = len(dims) - 1
     while k > 0 and dims[k][0] == dims[k][2]:

@@ -256,20 +256,9 @@ class _Features:
 
     def _lines(self, dims, dtype: str) -> int:
         """``leir.explain.facts.footprint_lines`` from ``_dims``."""
-        line_bytes = self.machine.line_bytes or 64
-        eb = dtype_bytes(dtype)
-        if not dims:
-            return 1
-        run = 1
-        k = len(dims) - 1
-        while k > 0 and dims[k][0] == dims[k][2]:
-            run *= dims[k][2]
-            k -= 1
-        n, span, _ = dims[k]
-        rest = math.prod(c for c, _, _ in dims[:k])
-        if n == span:
-            return math.ceil(n * run * eb / line_bytes) * rest
-        return min(n * math.ceil(run * eb / line_bytes), math.ceil(span * run * eb / line_bytes)) * rest
+        from leir.explain.facts import dims_lines
+
+        return dims_lines(dims, dtype_bytes(dtype), self.machine.line_bytes or 64)
 
     def loop(self, loop: A.Loop) -> tuple[float, float, float]:
         """(working set of one iteration of ``loop`` in bytes of cache lines,

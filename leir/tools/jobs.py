@@ -156,27 +156,23 @@ def _apply_tvmscript(text: str, step, kernel: str | None, verify: bool, record: 
 def record_plan(programs, steps, end, goal: str) -> None:
     """Remember a kept plan in the step outcomes, so that the editor offers
     its steps in order (``leir.tools.suggest``)."""
-    from leir.tools.measuring import default_outcomes
-
-    outcomes = default_outcomes()
-    if outcomes is None:
-        return
-    try:
-        outcomes.record_plan(programs, steps, end, goal)
-    except LeirError:
-        pass  # a read-only cache directory costs the plan's ranking, not the search
+    _into_outcomes(lambda outcomes: outcomes.record_plan(programs, steps, end, goal))
 
 
 def _record(before, step, after, namespace: str) -> None:
+    _into_outcomes(lambda outcomes: outcomes.record(before, step, after, namespace))
+
+
+def _into_outcomes(write) -> None:
     from leir.tools.measuring import default_outcomes
 
     outcomes = default_outcomes()
     if outcomes is None:
         return
     try:
-        outcomes.record(before, step, after, namespace)
+        write(outcomes)
     except LeirError:
-        pass  # a read-only cache directory costs the "measured" label, not the step
+        pass  # a read-only cache directory costs the "measured" label and the plan's ranking, not the step
 
 
 # ------------------------------------------------------------ convert

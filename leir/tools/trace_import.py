@@ -286,7 +286,6 @@ class _Translator:
             raise PlanFailed(None, f"{step_id} to scope {inst.attrs[1]}: no LEIR scope")
         info = self.b.info(block.name)
         if step_id == "cache_write":
-            tensor = info.equation.lhs.tensor
             tvm_name = next((t for t, o in self.names.items() if o == block.name), block.name)
             local = self.b.cache_write(block.name, scope)
             self.names[tvm_name] = local
@@ -295,7 +294,6 @@ class _Translator:
             # the block itself now computes into the cache (ours: the cache's name).
             self.rv[inst.outputs[0]] = _Block(block.name)
             self._rename(block, local)
-            del tensor
         else:
             reads = [a.tensor for a in A.walk(info.equation.rhs) if isinstance(a, A.Access)]
             tensor = list(dict.fromkeys(reads))[index]
