@@ -6,6 +6,7 @@ Definitions are in the package docstring and docs/reasoning.md."""
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -37,8 +38,10 @@ def human_count(n: float) -> str:
     return f"{n:g}"  # pragma: no cover
 
 
+@functools.lru_cache(maxsize=64)
 def dtype_bytes(dtype: str) -> float:
-    """Storage bytes of one element (``i4`` is half a byte, ``bool`` one).
+    """Storage bytes of one element (``i4`` is half a byte, ``bool`` one),
+    remembered (the cost features ask for it per access).
     (``leir.measure.device.dtype_bits`` says the same; importing it would
     load the measurement engine, too slow for hover.)"""
     if dtype == "bool":

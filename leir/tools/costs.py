@@ -85,7 +85,7 @@ from leir import affine
 from leir import ast as A
 from leir.explain.facts import _stride  # one access's stride: what access_strides is made of
 from leir.explain.facts import compulsory_bytes, operations
-from leir.explain.facts import dtype_bytes as _dtype_bytes
+from leir.explain.facts import _accesses, dtype_bytes
 from leir.explain.machine import Machine
 from leir.semantics import Analysis, EquationInfo
 
@@ -146,29 +146,8 @@ FEATURE_NAMES: tuple[str, ...] = _names()
 _PER_EQUATION = len(_EQUATION) + INNER_LOOPS * len(_LOOP) + len(_TAIL)
 
 
-_ELEMENT_BYTES: dict[str, float] = {}
-
-
-def dtype_bytes(dtype: str) -> float:
-    """``leir.explain.dtype_bytes``, remembered (it parses the name)."""
-    got = _ELEMENT_BYTES.get(dtype)
-    if got is None:
-        got = _ELEMENT_BYTES[dtype] = _dtype_bytes(dtype)
-    return got
-
-
 def _log2(x: float) -> float:
     return math.log2(1.0 + x) if x > 0 else 0.0
-
-
-def _accesses(eq: A.Equation) -> list[A.Access]:
-    """The written access, then the reads (guard included), as
-    ``leir.explain.facts`` walks them."""
-    out = [eq.lhs]
-    for part in (eq.rhs, eq.predicate):
-        if part is not None:
-            out.extend(n for n in A.walk(part) if isinstance(n, A.Access))
-    return out
 
 
 class _Features:

@@ -507,16 +507,6 @@ class MeasuredLookup:
         end = ahead.end_analysis()
         return ahead, (self.measured(end) if end is not None else None)
 
-    def record_plan(self, programs, steps, end, goal: str, namespace: str = "leir",
-                    predicted_ms: float | None = None) -> None:
-        """``StepOutcomes.record_plan`` when there are outcomes; a failure to
-        write is logged, never raised."""
-        if self.outcomes is not None:
-            try:
-                self.outcomes.record_plan(programs, steps, end, goal, namespace, predicted_ms)
-            except LeirError as e:
-                logger.warning("%s", e)
-
     def after(self, before: Analysis | str, step: Step, namespace: str = "leir") -> "Measurement | None":
         """The cached measurement of the program ``step`` produced from
         ``before`` (an analysis, or its ``program_digest``)."""

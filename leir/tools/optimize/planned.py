@@ -65,22 +65,28 @@ EXPAND_BEST = 2
 NEIGHBOURS = 12
 
 
-def _plan_states(start: State, plan, target: str) -> list[State]:
-    """One state per step of ``plan``, chained from ``start``; the last is
-    the plan's end state."""
+def _plan_states(start: State, plan, end: State) -> list[State]:
+    """One state per step of a kept ``plan``, chained from ``start``; the
+    last is ``end``, the end state that was measured (the programs between
+    are analysed only now: screening needs only the end)."""
     states, parent = [], start
+    n = len(plan.steps)
     for k, (step, program) in enumerate(zip(plan.steps, plan.programs)):
-        r = Ranked(step, f"{step.id} (plan step {k + 1} of {len(plan.steps)}: {plan.goal})", 0.0, ())
-        analysis = analyze(program)
-        s = State(analysis, program_key(program), trace=parent.trace + ((step, r),), parent=parent)
+        r = Ranked(step, f"{step.id} (plan step {k + 1} of {n}: {plan.goal})", 0.0, ())
+        if k < n - 1:
+            s = State(analyze(program), program_key(program), parent=parent)
+        else:
+            s = end
+            s.parent = parent
+        s.trace = parent.trace + ((step, r),)
         states.append(s)
         parent = s
     return states
 
 
-def _realized(start: State, specs, steps: int, target: str, seen: set[str], limit: int) -> list:
-    """(plan, its states) of up to ``limit`` of ``specs`` that apply, fit in
-    ``steps`` and reach a program not in ``seen`` (which they join)."""
+def _realized(start: State, specs, steps: int, seen: set[str], limit: int) -> list:
+    """(plan, its end state) of up to ``limit`` of ``specs`` that apply, fit
+    in ``steps`` and reach a program not in ``seen`` (which they join)."""
     from leir.tools.plans import PlanFailed, realize
 
     out = []
@@ -93,18 +99,18 @@ def _realized(start: State, specs, steps: int, target: str, seen: set[str], limi
             continue
         if len(plan.steps) > steps:
             continue
-        states = _plan_states(start, plan, target)
-        if states[-1].key in seen:
+        key = program_key(plan.program)
+        if key in seen:
             continue
-        seen.add(states[-1].key)
-        out.append((plan, states))
+        seen.add(key)
+        out.append((plan, State(analyze(plan.program), key, parent=start)))
     return out
 
 
 def _candidates(start: State, steps: int, target: str, seed: int, progress, seen: set[str]) -> list:
     from leir.tools.plans import plans_for
 
-    out = _realized(start, plans_for(start.analysis, target, seed=seed), steps, target, seen, MAX_PLANS)
+    out = _realized(start, plans_for(start.analysis, target, seed=seed), steps, seen, MAX_PLANS)
     if progress:
         progress(f"{len(out)} plans fit the program")
     return out
@@ -117,13 +123,13 @@ def _neighbours(start: State, plan, steps: int, target: str, seen: set[str], rng
 
     specs = neighbours(plan.spec, start.analysis, target)
     rng.shuffle(specs)
-    return _realized(start, specs, steps, target, seen, NEIGHBOURS)
+    return _realized(start, specs, steps, seen, NEIGHBOURS)
 
 
 def _ranked(cost_model, items: list, target: str) -> list:
     if cost_model is None or not items:
         return items
-    predicted = cost_model.predict([states[-1].analysis for _, states in items], target)
+    predicted = cost_model.predict([end.analysis for _, end in items], target)
     return [item for _, item in sorted(zip(predicted, items), key=lambda pair: pair[0])]
 
 
@@ -167,10 +173,10 @@ def planned(start: State, steps: int, meter: Budget, rng: random.Random, target:
     items = _candidates(start, steps, target, rng.randrange(1 << 30), progress, seen)
     if not items:
         return greedy(start, steps, meter, rng, target, ranker=ranker, on_kept=on_kept)
-    polish = steps > min(len(s) for _, s in items)
+    polish = steps > min(len(plan.steps) for plan, _ in items)
     reserve = CONFIRM_COST + (int(meter.left * (1 - PLAN_SHARE)) if polish else 0)
     pending = _ranked(cost_model, items, target)
-    measured: list[tuple[object, list[State]]] = []
+    measured: list[tuple[object, State]] = []
     expanded: set[int] = set()
     rounds = 0
     while meter.left - reserve >= 1:
@@ -178,30 +184,29 @@ def planned(start: State, steps: int, meter: Budget, rng: random.Random, target:
             # Around the fastest so far: plans one parameter away, measured
             # before the untried first draw (or interleaved by the model).
             grown = []
-            for plan, states in sorted(measured, key=lambda item: item[1][-1].ms)[:EXPAND_BEST]:
+            for plan, _ in sorted(measured, key=lambda item: item[1].ms)[:EXPAND_BEST]:
                 if id(plan) not in expanded:
                     expanded.add(id(plan))
                     grown += _neighbours(start, plan, steps, target, seen, rng)
             if grown:
                 if progress:
                     progress(f"{len(grown)} plans one parameter away from the fastest")
-                pending = _ranked(cost_model, grown + pending, target) if cost_model is not None else grown + pending
+                pending = _ranked(cost_model, grown + pending, target)
         if not pending:
             break
         take = min(PLAN_ROUND, meter.left - reserve)
         batch, pending = pending[:take], pending[take:]
-        meter.measure([states[-1] for _, states in batch])
+        meter.measure([end for _, end in batch])
         rounds += 1
-        done = [(p, s) for p, s in batch if s[-1].ms is not None]
+        done = [(p, end) for p, end in batch if end.ms is not None]
         measured.extend(done)
         if cost_model is not None and done:
-            cost_model.update([s[-1].analysis for _, s in done], [s[-1].ms for _, s in done], target)
+            cost_model.update([end.analysis for _, end in done], [end.ms for _, end in done], target)
             pending = _ranked(cost_model, pending, target)
-    improving = sorted((item for item in measured if item[1][-1].ms < start.ms * (1 - MIN_GAIN)),
-                       key=lambda item: item[1][-1].ms)
+    improving = sorted((item for item in measured if item[1].ms < start.ms * (1 - MIN_GAIN)),
+                       key=lambda item: item[1].ms)
     kept = None
-    for plan, states in improving[:2]:
-        end = states[-1]
+    for plan, end in improving[:2]:
         try:
             v = verify(start.analysis, end.analysis)
         except LeirError:
@@ -213,6 +218,7 @@ def planned(start: State, steps: int, meter: Budget, rng: random.Random, target:
             break
         if paired.confirms():
             end.verified, end.verify_note = True, v.summary()
+            states = _plan_states(start, plan, end)
             _record_plan(plan, states, paired, target)
             end.ms = paired.after_ms
             kept = (plan, states)

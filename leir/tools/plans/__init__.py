@@ -50,11 +50,15 @@ class PlanSpec(Protocol):
 class Plan:
     spec: PlanSpec
     steps: list[Step]
-    program: A.Program
+    #: The program after each step.
+    programs: list[A.Program]
     #: Optional steps of the plan that were refused here, with the reason.
     skipped: list[tuple[Step, str]] = field(default_factory=list)
-    #: The program after each step.
-    programs: list[A.Program] = field(default_factory=list)
+
+    @property
+    def program(self) -> A.Program:
+        """The program the plan reaches."""
+        return self.programs[-1]
 
     @property
     def goal(self) -> str:
@@ -102,4 +106,4 @@ def realize(spec: PlanSpec, analysis: Analysis) -> Plan:
     spec.realize(b)
     if not b.steps:
         raise PlanFailed(None, "the plan has no step that applies here")
-    return Plan(spec, list(b.steps), b.program, list(b.skipped), list(b.programs))
+    return Plan(spec, list(b.steps), list(b.programs), list(b.skipped))

@@ -74,12 +74,6 @@ class Builder:
     def extent(self, block: str, var: str) -> int:
         return self.loop(block, var).extent
 
-    def writer_of(self, tensor: str) -> str | None:
-        """The block of the one equation writing ``tensor``, or None."""
-        names = [b for b, info in zip(self.ctx.block_names, self.analysis.equations)
-                 if info.equation.lhs.tensor == tensor]
-        return names[0] if len(names) == 1 else None
-
     # --------------------------------------------------------- applying
 
     def apply(self, step_id: str, args: dict[str, Any], optional: bool = False) -> bool:
@@ -129,6 +123,15 @@ class Builder:
         p = before.index(outer)
         self.apply("fuse", {"block": block, "loops": [outer, inner]})
         return self.loops(block)[p]
+
+    def decompose_reduction(self, block: str) -> None:
+        """Write ``block``'s initial value before its first reduction loop
+        (optional: skipped when refused). Last in a plan: the block's name
+        then passes to the initialisation, the update taking the next."""
+        info = self.info(block)
+        first = next((v for v in self.loops(block) if v not in info.spatial), None)
+        if first is not None:
+            self.apply("decompose_reduction", {"block": block, "loop": first}, optional=True)
 
     def cache_write(self, block: str, scope: str = "l") -> str:
         """Cache the writes of ``block`` in ``scope``; the block that now

@@ -128,10 +128,9 @@ class ContractionTiling:
         if self.cache:
             local = b.cache_write(block)
             b.apply("reverse_compute_at", {"block": block, "at": {"block": local, "loop": attach[-1]}})
-        if attach:
-            for consumer in _elementwise_consumers(b, tensor, block):
-                b.apply("reverse_compute_at", {"block": consumer, "at": {"block": local, "loop": attach[-1]}},
-                        optional=True)
+        for consumer in _elementwise_consumers(b, tensor, block):
+            b.apply("reverse_compute_at", {"block": consumer, "at": {"block": local, "loop": attach[-1]}},
+                    optional=True)
         first = b.loops(local)[0]
         if self.fuse_outer and len(outer) >= 2:
             first = b.fuse(local, outer[0], outer[1])
@@ -155,13 +154,9 @@ class ContractionTiling:
             # stay in registers across it (MetaSchedule's auto-unroll).
             inner_reduction = [v for v in b.loops(local) if v in reduce_inner][-1]
             b.apply("unroll", {"block": local, "loop": inner_reduction}, optional=True)
-        # Last, as the block's name then passes to the initialisation: the
-        # initial value written once per tile, before the reduction loops,
-        # instead of a test for the first iteration inside them.
-        info = b.info(local)
-        first_reduction = next((v for v in b.loops(local) if v not in info.spatial), None)
-        if first_reduction is not None:
-            b.apply("decompose_reduction", {"block": local, "loop": first_reduction}, optional=True)
+        # The initial value written once per tile, before the reduction
+        # loops, instead of a test for the first iteration inside them.
+        b.decompose_reduction(local)
 
 
 def _elementwise_consumers(b: Builder, tensor: str, copy_block: str) -> list[str]:

@@ -83,9 +83,8 @@ class GpuTiling:
             if var:
                 b.apply("unroll", {"block": local, "loop": var}, optional=True)
         # The initial value written once, before the reduction loops, not
-        # tested for at every iteration (last: the block's name passes to it).
-        first_reduction = next(v for v in b.loops(local) if v not in b.info(local).spatial)
-        b.apply("decompose_reduction", {"block": local, "loop": first_reduction}, optional=True)
+        # tested for at every iteration.
+        b.decompose_reduction(local)
 
     @staticmethod
     def _three(b: Builder, block: str, var: str, threads: int, per: int):
