@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from leir import transforms
+from leir import ast as A, transforms
 from leir.bridge.document import load_leir
 from leir.explain.machine import Machine
 from leir.printer import print_program
@@ -249,8 +249,45 @@ L^{2}_{b}
 """)
     tilings = contraction_tilings(a, AVX2, random.Random(0), limit=20)
     assert tilings and {t.vector for t in tilings} == {"j"}
-    plan = realize(next(t for t in tilings if t.row == "i"), a)
+    plan = realize(next(t for t in tilings if t.row == "i" and t.pack is None), a)
     assert transforms.verify(a, load_leir(print_program(plan.program)).analysis).ok
+
+
+def test_a_gathered_operand_is_packed_transposed_so_the_lanes_load_consecutive_elements():
+    from leir.explain import access_strides
+    from leir.tools.plans.cpu import prior
+
+    a = analysis("""\
+L^{2}_{b}
+  L^{32}_{i}
+    L^{32}_{j}
+      L^{16}_{d} [
+        S_{b,i,j} += Q_{b,i,d}*K_{b,j,d};
+      ];
+""")
+    tilings = contraction_tilings(a, AVX2, random.Random(0), limit=40)
+    packed = [t for t in tilings if t.pack == "K"]
+    assert packed and all(t.pack in (None, "K") for t in tilings)
+    # The prior puts a packed tiling before the same tiling unpacked.
+    extents = {"b": 2, "i": 32, "j": 32, "d": 16}
+    t = packed[0]
+    unpacked = ContractionTiling(**{**t.__dict__, "pack": None})
+    assert prior(t, extents, AVX2, gathered=True) > prior(unpacked, extents, AVX2, gathered=True)
+    plan = realize(t, a)
+    assert [s.id for s in plan.steps[:2]] == ["cache_read", "transform_layout"]
+    after = load_leir(print_program(plan.program)).analysis
+    assert transforms.verify(a, after).ok
+    # The contraction now reads the copy, and along j every access moves by 1.
+    info = next(e for e in after.equations if e.kind in ("reduce", "update"))
+    reads = {x.tensor for x in A.walk(info.equation.rhs) if isinstance(x, A.Access)}
+    assert "K" not in reads and "Q" in reads
+    vector_loop = info.loops[-1].var
+    assert set(access_strides(after, info, vector_loop).values()) <= {0, 1}
+
+
+def test_a_matmul_has_nothing_to_pack():
+    tilings = contraction_tilings(analysis(MATMUL), AVX2, random.Random(0), limit=64)
+    assert tilings and all(t.pack is None for t in tilings)
 
 
 @pytest.mark.slow

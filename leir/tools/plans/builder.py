@@ -133,6 +133,13 @@ class Builder:
         if first is not None:
             self.apply("decompose_reduction", {"block": block, "loop": first}, optional=True)
 
+    def cache_read(self, block: str, tensor: str, scope: str = "g") -> str:
+        """Read ``tensor`` in ``block`` through a copy in ``scope``; the block
+        that makes the copy."""
+        before = set(self.blocks())
+        self.apply("cache_read", {"block": block, "tensor": tensor, "scope": scope})
+        return next(b for b in self.blocks() if b not in before)
+
     def cache_write(self, block: str, scope: str = "l") -> str:
         """Cache the writes of ``block`` in ``scope``; the block that now
         computes into the cache (``block`` itself becomes the copy out)."""

@@ -43,6 +43,8 @@ __all__ = ["ContractionTiling", "Rows", "contraction_tilings", "rows_plans"]
 
 #: Most lanes a vectorized loop may have (the catalogue's vectorize limit).
 MAX_LANES = 64
+#: The fewest lanes a vectorized loop gets where no whole vector fits.
+HALF_VECTOR = 8
 #: Register tile rows tried (how many output rows share one loaded vector).
 ROW_TILES = (1, 2, 4, 6, 8)
 #: Cache tiles tried: columns (elements along the vector loop) and rows.
@@ -85,6 +87,11 @@ class ContractionTiling:
     #: Walk the tiles column by column (the vector loop's tiles outside the
     #: row tiles): a panel of the right operand stays in cache across the rows.
     columns_outer: bool = False
+    #: An input read across the vector loop's lanes (``K`` in ``Q @ K^T``)
+    #: copied first into a temporary with its last two dimensions
+    #: transposed (``cache_read`` + ``transform_layout``: packing), so the
+    #: lanes load consecutive elements instead of gathering.
+    pack: str | None = None
 
     kind = "tiled contraction"
 
@@ -93,6 +100,8 @@ class ContractionTiling:
 
     def realize(self, b: Builder) -> None:
         block = self.block
+        if self.pack is not None:
+            _pack(b, block, self.pack)
         eq = b.info(block)
         spatial, reductions = list(eq.spatial), list(eq.reduce_axes)
         v_out, v_in = b.split(block, self.vector, self.v_in)
@@ -159,6 +168,33 @@ class ContractionTiling:
         b.decompose_reduction(local)
 
 
+def _pack(b: Builder, block: str, tensor: str) -> None:
+    """Copy ``tensor`` for ``block`` into a global temporary, transpose the
+    copy's last two dimensions and run the copy over parallel rows."""
+    copy = b.cache_read(block, tensor, "g")
+    b.apply("transform_layout", {"tensor": b.info(copy).equation.lhs.tensor, "layout": "transpose"})
+    b.apply("parallelize", {"block": copy, "loop": b.loops(copy)[0]}, optional=True)
+
+
+def _packable(analysis: Analysis, info, vector: str) -> list[str]:
+    """The inputs ``info`` reads across ``vector``'s lanes (a stride other
+    than 0 and 1) whose last index is a reduction loop and the one before it
+    ``vector`` itself: transposing their last two dimensions gives stride 1."""
+    from leir import ast as A
+
+    strides = access_strides(analysis, info, vector)
+    inputs = {t.name for t in analysis.inputs()}
+    out = []
+    for a in A.walk(info.equation.rhs):
+        if not isinstance(a, A.Access) or a.tensor not in inputs or len(a.indices) < 2 or a.tensor in out:
+            continue
+        if strides.get(a.tensor) in (0, 1, None):
+            continue
+        if _var_index(a.indices[-2]) == vector and _var_index(a.indices[-1]) in info.reduce_axes:
+            out.append(a.tensor)
+    return out
+
+
 def _elementwise_consumers(b: Builder, tensor: str, copy_block: str) -> list[str]:
     """Blocks after ``copy_block`` that read ``tensor`` element-wise (an
     assignment indexed by all its loops)."""
@@ -184,14 +220,25 @@ def _contractions(analysis: Analysis):
         vector = _vector_axis(analysis, info, gathers=len(info.spatial) >= 2)
         if vector is None:
             continue
-        yield info, block, extents, vector, max(info.reduce_axes, key=lambda v: extents[v])
+        yield (info, block, extents, vector, max(info.reduce_axes, key=lambda v: extents[v]),
+               _packable(analysis, info, vector))
 
 
-def _grid(info, block: str, extents: dict[str, int], vector: str, reduce: str, lanes: int) -> list[ContractionTiling]:
+def _grid(info, block: str, extents: dict[str, int], vector: str, reduce: str, lanes: int,
+          packable: list[str] = ()) -> list[ContractionTiling]:
     """Every tiling of one contraction: the divisors of its extents that
     make register tiles within 16 vector registers, cache tiles of the sizes
-    in ``V_MID_ELEMENTS`` and ``R_MID_ROWS``, reduction chunks ``K_CHUNKS``."""
-    v_ins = [d for d in divisors(extents[vector]) if lanes <= d <= MAX_LANES and d < extents[vector]]
+    in ``V_MID_ELEMENTS`` and ``R_MID_ROWS``, reduction chunks ``K_CHUNKS``;
+    with a gathered operand, each packed and not (one gathered operand is
+    packed: the contractions here have at most one)."""
+    # Powers of two, whole vectors, or half a vector (8 lanes) where the
+    # extent has no whole power-of-two one: a 56-wide row takes 8 x 7.
+    # 28 or 56 lanes legalise into 16 + 8 + 4 and measured 3-8x slower
+    # than 8 on the 56-wide ResNet convolution.
+    half = min(lanes, HALF_VECTOR)
+    extent = extents[vector]
+    v_ins = [d for d in divisors(extent) if half <= d <= MAX_LANES and d < extent and d & (d - 1) == 0
+             and (d >= lanes or not any(lanes <= e < extent for e in divisors(extent) if e & (e - 1) == 0))]
     rows = [v for v in info.spatial if v != vector and extents[v] > 1] or [None]
     grid = []
     for row in rows:
@@ -200,14 +247,14 @@ def _grid(info, block: str, extents: dict[str, int], vector: str, reduce: str, l
         k_ins = (None,) + tuple(k for k in K_CHUNKS if extents[reduce] % k == 0 and k < extents[reduce])
         for v_in, r_in in itertools.product(v_ins, r_ins):
             # Accumulators in registers: r_in x v_in floats within 16 vector registers.
-            if r_in * (v_in // lanes) > 16:
+            if r_in * -(-v_in // lanes) > 16:
                 continue
             v_mids = _mid_factors(extents[vector] // v_in, v_in, V_MID_ELEMENTS)
             r_mids = _mid_factors(extents[row] // r_in, r_in, R_MID_ROWS) if row is not None else [None]
-            for k_in, v_mid, r_mid, fuse, cache, unroll_k in itertools.product(
-                    k_ins, v_mids, r_mids, (False, True), (True, False), (False, True)):
+            for k_in, v_mid, r_mid, fuse, cache, unroll_k, pack in itertools.product(
+                    k_ins, v_mids, r_mids, (False, True), (True, False), (False, True), (None, *packable[:1])):
                 grid.append(ContractionTiling(block, vector, v_in, row, r_in, reduce, k_in, v_mid, r_mid,
-                                              fuse_outer=fuse, cache=cache, unroll_reduction=unroll_k))
+                                              fuse_outer=fuse, cache=cache, unroll_reduction=unroll_k, pack=pack))
     return grid
 
 
@@ -220,12 +267,12 @@ def contraction_tilings(analysis: Analysis, machine: Machine, rng: random.Random
     later (``leir.tools.optimize.planned``)."""
     out: list[ContractionTiling] = []
     lanes = max(1, machine.vector_bytes // 4)
-    for info, block, extents, vector, reduce in _contractions(analysis):
-        grid = _grid(info, block, extents, vector, reduce, lanes)
+    for info, block, extents, vector, reduce, packable in _contractions(analysis):
+        grid = _grid(info, block, extents, vector, reduce, lanes, packable)
         if not grid:
             continue
         rng.shuffle(grid)
-        grid.sort(key=lambda t: -prior(t, extents, machine))
+        grid.sort(key=lambda t: -prior(t, extents, machine, gathered=bool(packable)))
         top = grid[: max(1, 2 * limit // 3)]
         rest = grid[len(top):]
         out.extend(top + rng.sample(rest, min(len(rest), limit - len(top))))
@@ -234,7 +281,7 @@ def contraction_tilings(analysis: Analysis, machine: Machine, rng: random.Random
 
 #: The parameters a neighbour changes (one at a time).
 _KNOBS = ("v_in", "row", "r_in", "k_in", "v_mid", "r_mid", "fuse_outer", "unroll", "cache", "unroll_reduction",
-          "columns_outer")
+          "columns_outer", "pack")
 
 
 def tiling_neighbours(t: ContractionTiling, analysis: Analysis, machine: Machine) -> list[ContractionTiling]:
@@ -242,22 +289,23 @@ def tiling_neighbours(t: ContractionTiling, analysis: Analysis, machine: Machine
     parameter (MetaSchedule's evolutionary search mutates one decision at a
     time the same way)."""
     lanes = max(1, machine.vector_bytes // 4)
-    for info, block, extents, vector, reduce in _contractions(analysis):
+    for info, block, extents, vector, reduce, packable in _contractions(analysis):
         if block != t.block:
             continue
-        grid = _grid(info, block, extents, vector, reduce, lanes)
+        grid = _grid(info, block, extents, vector, reduce, lanes, packable)
         grid += [ContractionTiling(**{**asdict(g), "columns_outer": True}) for g in grid if not g.columns_outer]
         return [g for g in grid if sum(getattr(g, k) != getattr(t, k) for k in _KNOBS) == 1]
     return []
 
 
-def prior(t: ContractionTiling, extents: dict[str, int], machine: Machine) -> float:
+def prior(t: ContractionTiling, extents: dict[str, int], machine: Machine, gathered: bool = False) -> float:
     """A hand-written score of a tiling, higher is better, from what made
     tilings fast on this project's measurements (docs/optimize.md): a
     register tile of 4-12 vector accumulators, a cache tile of the output
     that fits half the L1, reduction chunks of 8-16, enough parallel
-    iterations for the cores. Used to order plans when no learned cost model
-    is installed; it predicts no latency."""
+    iterations for the cores, and a gathered operand packed (``gathered``:
+    the contraction has one). Used to order plans when no learned cost
+    model is installed; it predicts no latency."""
     import math
 
     lanes = max(1, machine.vector_bytes // 4)
@@ -276,6 +324,8 @@ def prior(t: ContractionTiling, extents: dict[str, int], machine: Machine) -> fl
         outer *= extents[t.vector] // cols
     if outer < 4 * machine.cores:
         score -= 1.0
+    if gathered and t.pack is None:
+        score -= 1.0
     return score
 
 
@@ -287,7 +337,7 @@ def _mid_factors(outer: int, inner: int, sizes: tuple[int, ...]) -> list[int | N
 
 
 def _register_use(t: ContractionTiling, lanes: int) -> int:
-    return t.r_in * max(1, t.v_in // lanes)
+    return t.r_in * -(-t.v_in // lanes)
 
 
 def _vector_axis(analysis: Analysis, info, gathers: bool = False) -> str | None:
