@@ -328,3 +328,34 @@ def test_neighbours_differ_in_one_parameter_and_the_search_tries_them():
     said = []
     optimize(a, steps=30, budget=40, strategy="plans", measurer=KindsMeasurer(), cost_model=None, progress=said.append)
     assert any("one parameter away from the fastest" in line for line in said)
+
+
+BATCH1_CONV = """\
+L^{1}_{n}
+  L^{16}_{k}
+    L^{8}_{h}
+      L^{32}_{w}
+        L^{8}_{c}
+          L^{3}_{r} [
+            O_{n,k,h,w} += X_{n,c,h+r,w}*Wt_{k,c,r};
+          ];
+"""
+
+
+def test_a_batch_of_one_is_not_the_parallel_loop_and_the_prior_counts_the_loop_realize_picks():
+    a = analysis(BATCH1_CONV)
+    for fuse in (False, True):
+        plan = realize(ContractionTiling("O", "w", 8, "k", 4, "c", cache=False, fuse_outer=fuse), a)
+        [par] = [s for s in plan.steps if s.id == "parallelize"]
+        loop = par.args["loop"]
+        assert loop != "n"  # one iteration: nothing to share among the cores
+        assert loop == ("h_k_0" if fuse else "h"), loop  # h (8 iterations), fused with k's 4 tiles
+        assert transforms.verify(a, analysis(print_program(plan.program))).ok
+    from leir.tools.plans.cpu import prior
+
+    extents = {"n": 1, "k": 16, "h": 8, "w": 32, "c": 8, "r": 3}
+    spatial = ("n", "k", "h", "w")
+    # Parallel over h: 8 iterations for 2 cores; with spatial unknown the
+    # prior would count k's 4 tiles only and mark the tiling too serial.
+    t = ContractionTiling("O", "w", 8, "k", 4, "c", cache=False)
+    assert prior(t, extents, AVX2, spatial=spatial) - prior(t, extents, AVX2) == pytest.approx(1.0)

@@ -140,9 +140,13 @@ class ContractionTiling:
         for consumer in _elementwise_consumers(b, tensor, block):
             b.apply("reverse_compute_at", {"block": consumer, "at": {"block": local, "loop": attach[-1]}},
                     optional=True)
-        first = b.loops(local)[0]
-        if self.fuse_outer and len(outer) >= 2:
-            first = b.fuse(local, outer[0], outer[1])
+        # The parallel loop: the first tile loop with more than one
+        # iteration (a batch of 1 has nothing to share among the cores),
+        # fused with the next when ``fuse_outer``.
+        live = [v for v in b.loops(local) if v in outer and b.extent(local, v) > 1] or b.loops(local)[:1]
+        first = live[0]
+        if self.fuse_outer and len(live) >= 2:
+            first = b.fuse(local, live[0], live[1])
         b.apply("parallelize", {"block": local, "loop": first})
         b.apply("vectorize", {"block": local, "loop": v_in})
         # The copy out of the cache and the epilogue: their own inner loop in vectors.
@@ -272,7 +276,7 @@ def contraction_tilings(analysis: Analysis, machine: Machine, rng: random.Random
         if not grid:
             continue
         rng.shuffle(grid)
-        grid.sort(key=lambda t: -prior(t, extents, machine, gathered=bool(packable)))
+        grid.sort(key=lambda t: -prior(t, extents, machine, gathered=bool(packable), spatial=tuple(info.spatial)))
         top = grid[: max(1, 2 * limit // 3)]
         rest = grid[len(top):]
         out.extend(top + rng.sample(rest, min(len(rest), limit - len(top))))
@@ -298,14 +302,17 @@ def tiling_neighbours(t: ContractionTiling, analysis: Analysis, machine: Machine
     return []
 
 
-def prior(t: ContractionTiling, extents: dict[str, int], machine: Machine, gathered: bool = False) -> float:
+def prior(t: ContractionTiling, extents: dict[str, int], machine: Machine, gathered: bool = False,
+          spatial: tuple[str, ...] = ()) -> float:
     """A hand-written score of a tiling, higher is better, from what made
     tilings fast on this project's measurements (docs/optimize.md): a
     register tile of 4-12 vector accumulators, a cache tile of the output
     that fits half the L1, reduction chunks of 8-16, enough parallel
     iterations for the cores, and a gathered operand packed (``gathered``:
     the contraction has one). Used to order plans when no learned cost
-    model is installed; it predicts no latency."""
+    model is installed; it predicts no latency. ``spatial``: the
+    contraction's spatial loops in order (the row and vector loops alone
+    when empty)."""
     import math
 
     lanes = max(1, machine.vector_bytes // 4)
@@ -319,9 +326,14 @@ def prior(t: ContractionTiling, extents: dict[str, int], machine: Machine, gathe
         score -= 0.25 * abs(math.log2(t.k_in / 16))
     else:
         score -= 0.5
-    outer = extents[t.row] // rows if t.row else 1
-    if t.fuse_outer:
-        outer *= extents[t.vector] // cols
+    # The parallel loop's iterations, as ``realize`` picks it: the first
+    # tile loop longer than 1 (the other spatial loops come first), times
+    # the next one when fused.
+    row_tiles, vector_tiles = (extents[t.row] // rows if t.row else 1), extents[t.vector] // cols
+    tiles = [extents[v] for v in spatial if v not in (t.row, t.vector)]
+    tiles += [vector_tiles, row_tiles] if t.columns_outer else [row_tiles, vector_tiles]
+    tiles = [n for n in tiles if n > 1] or [1]
+    outer = tiles[0] * (tiles[1] if t.fuse_outer and len(tiles) > 1 else 1)
     if outer < 4 * machine.cores:
         score -= 1.0
     if gathered and t.pack is None:
