@@ -64,6 +64,21 @@ def test_select_drops_unverified_and_duplicate_program_step_pairs():
     assert removed == {"duplicate (program, step)": 1, "not verified": 1}
 
 
+def test_a_duplicate_step_keeps_the_teacher_sample_where_there_is_one():
+    from leir.tools.dataset.export import policy_counts
+
+    walk = _sample(id="w", chosen=True, policy="exploit")
+    teacher = _sample(id="t", trajectory="matmul.leir/orig/plan0", chosen=True, policy="teacher")
+    other = _sample(id="o", before="other")
+    kept, removed = select([walk, other, teacher])
+    assert [s["id"] for s in kept] == ["t", "o"] and removed == {"duplicate (program, step)": 1}
+    kept, _ = select([teacher, walk])
+    assert [s["id"] for s in kept] == ["t"]
+    kept, _ = select([walk, _sample(id="n")])  # without a teacher: the first, as before
+    assert [s["id"] for s in kept] == ["w"]
+    assert policy_counts([walk, teacher, other, teacher]) == {"exploit": 1, "teacher": 2, "none": 1}
+
+
 def test_select_caps_each_strategy_and_algebraic_ones_lower():
     many = [_sample(id=f"s{i}", before=f"p{i}") for i in range(10)]
     algebraic = [_sample(id=f"f{i}", before=f"q{i}", strategy="factorization",

@@ -53,6 +53,31 @@ trajectories and takes up each unfinished one from the program its last
 committed step chose, with the latency recorded for it: nothing is measured
 or written twice, and the path already taken is kept.
 
+**Teachers.** With ``teachers`` N > 0, each start program also gets up to
+N *teacher* trajectories that follow the plans of ``leir.tools.plans``
+(multi-level tiling of a contraction, parallel and vectorized rows...):
+the end programs of up to max(``budget``, N) distinct plans, in the order
+``plans_for`` lists them, are measured and verified like any candidate
+(these screening measurements count, but are not samples), and the N
+fastest verified are followed step by step. With ``teacher_databases``
+(``STEM=DIR``), the tuning records of a MetaSchedule JSON database whose
+workload is a start program of ``STEM.leir`` are translated into catalogue
+steps (``leir.tools.trace_import.import_database``), fastest first; each
+record translated whole that reaches a program not reached before is a
+teacher trajectory (at most N per database when N > 0). Every step of a
+teacher trajectory is a sample like the others (the same engine, cache,
+reference check and schema), with ``chosen`` true and ``policy``
+``"teacher"``; its reasoning says which step of which plan (or record) it
+is, and ``reasoning_facts["teacher"]`` holds the plan's parameters or the
+record's MetaSchedule latency. A teacher trajectory has as many steps as
+its plan or trace, whatever ``steps``; it ends early at a step that is not
+verified (recorded, not chosen). Records that did not translate (the
+instruction and why), instructions without a catalogue counterpart
+(``lost``), and the plans screened and followed go to ``OUT/teachers.json``
+and the build's summary. A teacher trajectory is committed whole; the plans
+followed are kept in ``teachers.json``, so that a resumed build follows the
+same ones.
+
 **Determinism.** The variants, the candidate picks and the exploration draws
 are functions of the seed. Which candidate is fastest is measured, so two
 builds with a cold cache can differ where two latencies are close; with the
@@ -66,6 +91,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import signal
 import sys
 import threading
@@ -81,6 +107,9 @@ from leir.files import write_atomic
 from leir.bridge.targets import TARGETS
 
 SAMPLES = "samples.jsonl"
+TEACHERS = "teachers.json"
+#: The files of a MetaSchedule JSON database (``ms.database.JSONDatabase``).
+DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
 PROGRESS = "progress.json"
 CONFIG = "config.json"
 VARIANTS = "variants.jsonl"
@@ -88,7 +117,9 @@ LOG = "build.log"
 
 #: Settings that change what a build produces; a resumed build must match them.
 _IDENTITY = ("variants", "steps", "budget", "target", "seed", "trajectories", "explore", "verify", "repeat",
-             "min_run_ms", "workloads_list")
+             "min_run_ms", "workloads_list", "teachers", "teacher_databases")
+#: The value of a setting a build made before the setting existed had.
+_IDENTITY_DEFAULTS = {"teachers": 0, "teacher_databases": []}
 
 
 class DatasetError(LeirError):
@@ -124,11 +155,19 @@ class BuildConfig:
     #: on, so that ``count`` machines can build disjoint parts of one dataset.
     shard: tuple[int, int] | None = None
     workloads_list: list[str] = field(default_factory=list)
+    #: Teacher trajectories per start program that follow the best plans of
+    #: ``leir.tools.plans`` (module docstring, "Teachers").
+    teachers: int = 0
+    #: ``STEM=DIR``: MetaSchedule tuning databases whose records' traces,
+    #: translated into catalogue steps, are teacher trajectories of the
+    #: workload ``STEM.leir`` (``leir.tools.trace_import.import_database``).
+    teacher_databases: list[str] = field(default_factory=list)
 
     def check(self) -> None:
         if not Path(self.workloads).is_dir():
             raise DatasetError(f"--workloads {self.workloads}: not a directory")
-        for name in ("variants", "trajectories"):
+        self.database_sources()
+        for name in ("variants", "trajectories", "teachers"):
             if getattr(self, name) < 0:
                 raise DatasetError(f"--{name} must be at least 0")
         for name in ("steps", "budget", "jobs", "repeat"):
@@ -143,6 +182,29 @@ class BuildConfig:
         if self.target not in TARGETS:
             raise DatasetError(f"--target {self.target}: expected llvm or cuda")
 
+    def database_sources(self) -> list[tuple[str, str]]:
+        """``teacher_databases`` as (stem, directory) pairs; ``DatasetError``
+        for one that is not ``STEM=DIR`` or whose directory holds no
+        MetaSchedule JSON database."""
+        out = []
+        for text in self.teacher_databases:
+            stem, sep, directory = text.partition("=")
+            stem, directory = stem.strip(), directory.strip()
+            if stem.endswith(".leir"):
+                stem = stem[: -len(".leir")]
+            if not (sep and stem and directory):
+                raise DatasetError(f"--teacher-database {text}: expected STEM=DIR, a workload's file name without "
+                                   f".leir and the work directory of a MetaSchedule tuning run (matmul=tune/matmul)")
+            d = Path(directory)
+            if not d.is_dir():
+                raise DatasetError(f"--teacher-database {text}: {directory} is not a directory")
+            missing = [n for n in DATABASE_FILES if not (d / n).is_file()]
+            if missing:
+                raise DatasetError(f"--teacher-database {text}: {directory} holds no MetaSchedule database "
+                                   f"(no {' or '.join(missing)})")
+            out.append((stem, directory))
+        return out
+
 
 @dataclass
 class BuildSummary:
@@ -156,6 +218,10 @@ class BuildSummary:
     cache_hits: int
     seconds: float
     skipped: list[str]
+    #: What the teacher jobs of this run did (``_TeacherCounts.as_dict``):
+    #: trajectories and samples from plans and from databases, and what of
+    #: the databases did not translate.
+    teachers: dict = field(default_factory=dict)
 
     def text(self) -> str:
         rate = self.samples_written / self.seconds * 60 if self.seconds > 0 else 0.0
@@ -163,8 +229,20 @@ class BuildSummary:
                 f"{self.verified} of the new verified) from {self.trajectories_run} of {self.trajectories} "
                 f"trajectories in {self.seconds:.0f} s ({rate:.0f} new samples/min); "
                 f"{self.measurements} measurements, {self.cache_hits} from the cache"
+                + (f"; {_teachers_text(self.teachers)}" if self.teachers else "")
                 + (f"; {len(self.skipped)} notes (skipped workloads, variants, refused steps) in {self.out / LOG}"
                    if self.skipped else ""))
+
+
+def _teachers_text(t: dict) -> str:
+    text = (f"teachers: {t['plan_trajectories']} plan and {t['database_trajectories']} database trajectories "
+            f"({t['samples']} samples)")
+    if t["database_records"]:
+        lost = ", ".join(f"{kind} {n}" for kind, n in t["lost"].items())
+        text += (f"; databases: {t['database_records']} records of these programs, {t['translated']} translated "
+                 f"whole, {t['stopped']} stopped at an instruction the catalogue refused"
+                 + (f", instructions without a catalogue step: {lost}" if lost else ""))
+    return text
 
 
 # ------------------------------------------------------------ files
@@ -387,6 +465,76 @@ def _jsonable(value):
     return value
 
 
+# ------------------------------------------------------------ one sample
+
+
+def _verify(state: _State, after, m, cfg: BuildConfig, checked) -> tuple[bool, dict]:
+    """Whether the step from ``state`` to ``after``, measured as ``m``, is
+    verified, and how (module docstring); raises ``SlowEvaluation``.
+    ``checked``: the reference key of the trajectory's start program."""
+    if cfg.verify == "full":
+        return _verify_full(state, after, m)
+    if m.checked_against == checked or not m.cached:
+        # Measured now against the start program (a failure, e.g. a
+        # wrong result, carries no checked_against but was checked too).
+        return _verify_reference(after, m)
+    # A cache hit measured without this check (by `leir measure`, the
+    # editor...): its kernel matched its own NumPy evaluation; the NumPy
+    # evaluations of the programs before and after the step are compared here.
+    return _verify_engine(after, m, _equivalence(state, after))
+
+
+def _sample(variant: Variant, tid: str, step_index: int, state: _State, step, after, text: str, m, ok: bool,
+            verification: dict, cfg: BuildConfig, note: str = "", note_facts: dict | None = None) -> dict:
+    """The sample of ``step`` from ``state`` to ``after`` (not chosen).
+    ``note``, ``note_facts``: a sentence added to the reasoning and the facts
+    behind it (``reasoning_facts["teacher"]``)."""
+    from leir import transforms
+
+    after_ms = float(m.median_ms) if m is not None and m.median_ms is not None else None
+    before_m = state.measurement
+    reasoning, facts = _reasoning(state.analysis, after, step, float(before_m.median_ms), after_ms, cfg.target)
+    if note:
+        reasoning = f"{reasoning.rstrip()} {note}".strip()
+    if note_facts is not None:
+        facts["teacher"] = _jsonable(json.loads(json.dumps(note_facts, default=str)))
+    module = transforms.get(step.id)
+    return {
+        "id": records.sample_id(tid, step_index, step.to_json()),
+        "workload": variant.workload,
+        "variant": variant.name,
+        "variant_sizes": {str(a): b for a, b in sorted(variant.sizes.items())},
+        "trajectory": tid,
+        "step_index": step_index,
+        "chosen": False,
+        "policy": None,
+        "before": state.text,
+        "step": step.to_json(),
+        "strategy": step.id,
+        "steptp_strategy": getattr(module, "STEPTP", None),
+        "after": text,
+        "tensors": [{"name": t.name, "role": t.role, "dtype": t.dtype, "shape": list(t.shape)}
+                    for t in state.analysis.tensors.values()],
+        "verified": ok,
+        "verification": verification,
+        "latency_before_ms": float(before_m.median_ms),
+        "latency_before_min_ms": float(before_m.min_ms),
+        "latency_before_max_ms": float(before_m.max_ms),
+        "latency_before_spread": float(before_m.spread or 0.0),
+        "latency_after_ms": after_ms,
+        "latency_after_min_ms": float(m.min_ms) if after_ms is not None else None,
+        "latency_after_max_ms": float(m.max_ms) if after_ms is not None else None,
+        "latency_after_spread": float(m.spread or 0.0) if after_ms is not None else None,
+        "runs": int(m.runs) if m is not None else 0,
+        "speedup": float(before_m.median_ms) / after_ms if after_ms else None,
+        "target": before_m.target,
+        "device": before_m.device,
+        "reasoning": reasoning,
+        "reasoning_facts": facts,
+        "error": (m.error if m is not None else verification["summary"]) if not ok else None,
+    }
+
+
 # ------------------------------------------------------------ one trajectory
 
 
@@ -432,7 +580,6 @@ def _trajectory(variant: Variant, k: int, cfg: BuildConfig, start_measurement,
     else:
         state = _State(load_leir(resume.text).analysis, resume.text, resume.measurement)
         visited, first = set(resume.visited), resume.next_index
-    sizes = {str(a): b for a, b in sorted(variant.sizes.items())}
     checked = reference_key(variant.analysis, _seeds())
     for step_index in range(first, cfg.steps):
         rng = _rng(cfg.seed, tid, step_index)
@@ -458,65 +605,16 @@ def _trajectory(variant: Variant, k: int, cfg: BuildConfig, start_measurement,
         # checks each kernel against it on every seed before timing it.
         got = yield [after for _, after, _ in children]
         samples, good = [], []
-        before_m = state.measurement
-        tensors = [{"name": t.name, "role": t.role, "dtype": t.dtype, "shape": list(t.shape)}
-                   for t in state.analysis.tensors.values()]
         for child, m in zip(children, got):
             step, after, text = child
-            if cfg.verify == "full":
-                ok, verification = _verify_full(state, after, m)
-            elif m.checked_against == checked or not m.cached:
-                # Measured now against the start program (a failure, e.g. a
-                # wrong result, carries no checked_against but was checked too).
-                ok, verification = _verify_reference(after, m)
-            else:
-                # A cache hit measured without this check (by `leir measure`,
-                # the editor...): its kernel matched its own NumPy evaluation;
-                # the NumPy evaluations of the programs before and after the
-                # step are compared here.
-                try:
-                    ok, verification = _verify_engine(after, m, _equivalence(state, after))
-                except SlowEvaluation as e:
-                    log(f"{tid}: step {step.key} skipped: {e}")
-                    continue
-            after_ms = float(m.median_ms) if m is not None and m.median_ms is not None else None
-            reasoning, facts = _reasoning(state.analysis, after, step, float(before_m.median_ms), after_ms, cfg.target)
-            module = transforms.get(step.id)
-            sample = {
-                "id": records.sample_id(tid, step_index, step.to_json()),
-                "workload": variant.workload,
-                "variant": variant.name,
-                "variant_sizes": sizes,
-                "trajectory": tid,
-                "step_index": step_index,
-                "chosen": False,
-                "policy": None,
-                "before": state.text,
-                "step": step.to_json(),
-                "strategy": step.id,
-                "steptp_strategy": getattr(module, "STEPTP", None),
-                "after": text,
-                "tensors": tensors,
-                "verified": ok,
-                "verification": verification,
-                "latency_before_ms": float(before_m.median_ms),
-                "latency_before_min_ms": float(before_m.min_ms),
-                "latency_before_max_ms": float(before_m.max_ms),
-                "latency_before_spread": float(before_m.spread or 0.0),
-                "latency_after_ms": after_ms,
-                "latency_after_min_ms": float(m.min_ms) if after_ms is not None else None,
-                "latency_after_max_ms": float(m.max_ms) if after_ms is not None else None,
-                "latency_after_spread": float(m.spread or 0.0) if after_ms is not None else None,
-                "runs": int(m.runs) if m is not None else 0,
-                "speedup": float(before_m.median_ms) / after_ms if after_ms else None,
-                "target": before_m.target,
-                "device": before_m.device,
-                "reasoning": reasoning,
-                "reasoning_facts": facts,
-                "error": (m.error if m is not None else verification["summary"]) if not ok else None,
-            }
+            try:
+                ok, verification = _verify(state, after, m, cfg, checked)
+            except SlowEvaluation as e:
+                log(f"{tid}: step {step.key} skipped: {e}")
+                continue
+            sample = _sample(variant, tid, step_index, state, step, after, text, m, ok, verification, cfg)
             samples.append(sample)
-            if ok and after_ms is not None and text not in visited:
+            if ok and sample["latency_after_ms"] is not None and text not in visited:
                 good.append((sample, after, text, m))
         if not good:
             yield ("samples", samples)
@@ -530,6 +628,259 @@ def _trajectory(variant: Variant, k: int, cfg: BuildConfig, start_measurement,
         _, after, text, m = pick
         state = _State(after, text, m)
         visited.add(text)
+
+
+# ------------------------------------------------------------ teachers
+
+#: The name of a start program's teacher job in ``progress.json``'s "done"
+#: (``workload/variant/teachers``); its trajectories are ``.../plan<k>`` and
+#: ``.../db<k>``.
+TEACHER_JOB = "teachers"
+
+
+@dataclass
+class _Teacher:
+    """One teacher trajectory: the steps of a plan, or of a translated
+    MetaSchedule trace, from the start program."""
+
+    tid: str
+    source: str  # "plan" or "metaschedule"
+    steps: list
+    #: What the reasoning says of where the steps come from (``reasoning_facts["teacher"]``).
+    facts: dict
+    #: The program after each step (None: replayed from the steps).
+    programs: list | None = None
+    #: (analysis, measurement) of the end program where screening measured it.
+    end: tuple | None = None
+
+
+@dataclass
+class _TeacherCounts:
+    plan_trajectories: int = 0
+    database_trajectories: int = 0
+    samples: int = 0
+    database_records: int = 0
+    translated: int = 0
+    stopped: int = 0
+    lost: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class _TeacherFile:
+    """``OUT/teachers.json``: per start program, the plans screened and
+    followed (with their steps, so that a resumed build follows the same
+    ones without screening again) and, per database, what its records gave:
+    translated, stopped and why, instructions without a catalogue step."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+    def get(self, key: str) -> dict:
+        return self.data.get(key, {})
+
+    def set(self, key: str, name: str, value) -> None:
+        self.data.setdefault(key, {})[name] = value
+        write_atomic(self.path, json.dumps(dict(sorted(self.data.items())), indent=1) + "\n", durable=True)
+
+
+def _plan_candidates(start: _State, variant: Variant, cfg: BuildConfig, limit: int, log) -> list:
+    """(plan, end analysis, end text) of up to ``limit`` plans of
+    ``leir.tools.plans`` that apply to the start program and reach distinct
+    programs, in the order ``plans_for`` lists them (most promising first)."""
+    from leir.semantics import analyze
+    from leir.tools.plans import PlanFailed, plans_for, realize
+
+    key = f"{variant.workload}/{variant.name}"
+    try:
+        specs = plans_for(start.analysis, cfg.target, seed=_rng(cfg.seed, key, "plans").randrange(1 << 30))
+    except LeirError as e:
+        log(f"{key}: no plans ({e})")
+        return []
+    out, seen = [], {start.text}
+    for spec in specs:
+        if len(out) == limit:
+            break
+        try:
+            plan = realize(spec, start.analysis)
+        except (PlanFailed, LeirError):
+            continue  # a step the plan needs was refused: it does not fit this program
+        except Exception as e:  # a bug in a plan must not end the build
+            log(f"{key}: plan {spec.to_json()} raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            continue
+        end = analyze(plan.program)
+        text = _text(end)
+        if text not in seen:
+            seen.add(text)
+            out.append((plan, end, text))
+    return out
+
+
+def _chain(start: _State, teacher: _Teacher, stem: str) -> list:
+    """(step, analysis after, text after) for each step of ``teacher`` that
+    changes the program (replayed through ``leir.transforms.apply`` when the
+    programs are not known); ``LeirError`` when a step is refused."""
+    from leir import transforms
+    from leir.semantics import analyze
+
+    out, current, text = [], start.analysis, start.text
+    for k, step in enumerate(teacher.steps):
+        if teacher.programs is not None:
+            after = analyze(teacher.programs[k])
+        else:
+            after = analyze(transforms.apply(current, step, stem))
+        after_text = _text(after)
+        if after_text != text:
+            out.append((step, after, after_text))
+        current, text = after, after_text
+    return out
+
+
+def _teachers(variant: Variant, cfg: BuildConfig, start_measurement, sources: list[tuple[str, str]], done: set,
+              file: _TeacherFile, counts: _TeacherCounts, log: Callable[[str], None] = lambda line: None) -> Iterator:
+    """The teacher trajectories of one start program, as ``_trajectory`` is
+    a generator of one walk's: yields lists of analyses to measure and
+    receives their measurements; yields ``("trajectory", tid, samples,
+    source)`` once per trajectory, all of its samples at once (module
+    docstring, "Teachers"). Trajectories in ``done`` are not followed again."""
+    from leir.measure.key import reference_key
+    from leir.semantics import analyze
+    from leir.tools.trace_import import import_database
+    from leir.transforms import step_from_json
+
+    key = f"{variant.workload}/{variant.name}"
+    start = _State(variant.analysis, _text(variant.analysis), start_measurement)
+    checked = reference_key(variant.analysis, _seeds())
+    recorded = file.get(key)
+    followed: list[_Teacher] = []
+    if cfg.teachers and "plans" in recorded:
+        # Screened by the build that was killed: the same plans, in the same order.
+        for f in recorded["plans"]["followed"]:
+            followed.append(_Teacher(f["trajectory"], "plan", [step_from_json(x) for x in f["steps"]],
+                                     {"source": "plan", "goal": f["goal"], "params": f["params"]}))
+    elif cfg.teachers:
+        # Screening: the end programs of up to max(budget, teachers) plans,
+        # measured (and verified) like any candidate; the fastest are followed.
+        candidates = _plan_candidates(start, variant, cfg, max(cfg.budget, cfg.teachers), log)
+        got = (yield [end for _, end, _ in candidates]) if candidates else []
+        measured = []
+        for n, ((plan, end, text), m) in enumerate(zip(candidates, got)):
+            try:
+                ok, verification = _verify(start, end, m, cfg, checked)
+            except SlowEvaluation as e:
+                ok, verification = False, {"summary": str(e)}
+            if ok and m.median_ms is not None:
+                measured.append((float(m.median_ms), n, plan, end, m))
+            else:
+                log(f"{key}: plan {plan.spec.to_json()} not followed: its end program is not verified "
+                    f"({m.error or verification['summary']})")
+        measured.sort(key=lambda item: item[:2])
+        rows = []
+        for k, (ms, _, plan, end, m) in enumerate(measured[: cfg.teachers]):
+            facts = {"source": "plan", "goal": plan.goal, "params": plan.spec.to_json()}
+            followed.append(_Teacher(f"{key}/plan{k}", "plan", list(plan.steps), facts, list(plan.programs), (end, m)))
+            params = _jsonable(json.loads(json.dumps(plan.spec.to_json(), default=str)))
+            rows.append({"trajectory": f"{key}/plan{k}", "goal": plan.goal, "params": params, "end_ms": ms,
+                         "steps": [s.to_json() for s in plan.steps]})
+        file.set(key, "plans", {"screened": len(candidates), "verified": len(measured), "followed": rows})
+    reports, seen, from_databases = [], {start.text}, 0
+    for stem, directory in sources:
+        if stem != variant.stem:
+            continue
+        try:
+            imported = import_database(variant.analysis, directory)
+        except LeirError as e:
+            log(f"{key}: --teacher-database {stem}={directory}: {e}")
+            reports.append({"database": directory, "error": str(e)})
+            continue
+        report = {"database": directory, "records": len(imported.records),
+                  "other_programs": imported.other_workloads, "translated": imported.complete,
+                  "stopped": len(imported.records) - imported.complete, "stopped_at": {},
+                  "lost": imported.lost_kinds(), "no_step": 0, "same_program": 0, "over_limit": 0, "followed": []}
+        counts.database_records += len(imported.records)
+        counts.translated += imported.complete
+        counts.stopped += report["stopped"]
+        for kind, n in report["lost"].items():
+            counts.lost[kind] = counts.lost.get(kind, 0) + n
+        taken = 0
+        for rank, (seconds, record) in enumerate(imported.records):
+            if not record.complete:
+                reason = _stop_kind(record.stopped)
+                report["stopped_at"][reason] = report["stopped_at"].get(reason, 0) + 1
+                log(f"{key}: {directory}: record {rank} ({seconds * 1e3:.3g} ms) not followed: its translation "
+                    f"stopped at {record.stopped}")
+                continue
+            if not record.steps:
+                report["no_step"] += 1
+                continue
+            text = _text(analyze(record.program))
+            if text in seen:
+                report["same_program"] += 1  # a faster record (or the start) is this program
+                continue
+            if cfg.teachers and taken == cfg.teachers:
+                report["over_limit"] += 1
+                continue
+            seen.add(text)
+            taken += 1
+            tid = f"{key}/db{from_databases}"
+            from_databases += 1
+            facts = {"source": "metaschedule", "database": directory, "record": rank,
+                     "metaschedule_ms": seconds * 1e3, "lost": record.lost}
+            followed.append(_Teacher(tid, "metaschedule", list(record.steps), facts))
+            report["followed"].append({"trajectory": tid, "record": rank, "metaschedule_ms": seconds * 1e3,
+                                       "steps": len(record.steps)})
+        if not imported.records:
+            log(f"{key}: {directory}: no record is for this program ({imported.other_workloads} of other programs)")
+        reports.append(report)
+    if reports:
+        file.set(key, "databases", reports)
+
+    for teacher in followed:
+        if teacher.tid in done:
+            continue
+        try:
+            chain = _chain(start, teacher, variant.stem)
+        except LeirError as e:
+            log(f"{teacher.tid}: not followed: a step is refused ({e})")
+            continue
+        if not chain:
+            continue
+        end = teacher.end if teacher.end is not None and _text(teacher.end[0]) == chain[-1][2] else None
+        todo = chain if end is None else chain[:-1]
+        got = list((yield [after for _, after, _ in todo])) if todo else []
+        if end is not None:
+            got.append(end[1])
+        samples, state, n = [], start, len(chain)
+        for k, ((step, after, text), m) in enumerate(zip(chain, got)):
+            facts = dict(teacher.facts, step=k + 1, of=n)
+            if teacher.source == "plan":
+                note = f"Step {k + 1} of {n} of a plan toward {teacher.facts['goal']} (a teacher trajectory)."
+            else:
+                note = (f"Step {k + 1} of {n} of a MetaSchedule tuning record's trace translated into catalogue "
+                        f"steps (MetaSchedule measured its end program at {teacher.facts['metaschedule_ms']:.3g} ms).")
+            try:
+                ok, verification = _verify(state, after, m, cfg, checked)
+            except SlowEvaluation as e:
+                log(f"{teacher.tid}: step {k + 1} of {n} ({step.key}) skipped and the trajectory ended: {e}")
+                break
+            sample = _sample(variant, teacher.tid, k, state, step, after, text, m, ok, verification, cfg, note, facts)
+            samples.append(sample)
+            if not ok or sample["latency_after_ms"] is None:
+                log(f"{teacher.tid}: step {k + 1} of {n} ({step.key}) not verified ({sample['error']}); "
+                    f"the trajectory ends there")
+                break
+            sample["chosen"], sample["policy"] = True, "teacher"
+            state = _State(after, text, m)
+        yield ("trajectory", teacher.tid, samples, teacher.source)
+
+
+def _stop_kind(text: str) -> str:
+    """What stopped a translation, without the step's arguments (``split:
+    7 is not a proper divisor of 64`` for ``split {'block': ...}: 7 is not ...``)."""
+    m = re.match(r"(\w+) \{.*\}: (.*)$", text, re.S)
+    return f"{m.group(1)}: {m.group(2)}" if m else text.split(" (")[0]
 
 
 @dataclass(frozen=True)
@@ -668,6 +1019,12 @@ def build(cfg: BuildConfig, engine=None, progress: bool = True) -> BuildSummary:
     engine to use (default: one made from the config, closed at the end)."""
     cfg.check()
     names = sorted(p.name for p in Path(cfg.workloads).glob("*.leir"))
+    sources = cfg.database_sources()
+    for stem, directory in sources:
+        if f"{stem}.leir" not in names:
+            raise DatasetError(f"--teacher-database {stem}={directory}: no workload {stem}.leir in {cfg.workloads}"
+                               + (f" (its workloads: {', '.join(Path(n).stem for n in names)})" if names else ""))
+        _check_database(stem, directory)
     if cfg.only:
         unknown = sorted(set(cfg.only) - set(names))
         if unknown:
@@ -690,7 +1047,7 @@ def build(cfg: BuildConfig, engine=None, progress: bool = True) -> BuildSummary:
     wanted = _config_json(cfg)
     if config_path.exists():
         have = json.loads(config_path.read_text(encoding="utf-8"))
-        diff = sorted(k for k in wanted if have.get(k) != wanted[k])
+        diff = sorted(k for k in wanted if have.get(k, _IDENTITY_DEFAULTS.get(k)) != wanted[k])
         if diff:
             raise DatasetError(f"{out} was built with other settings ({', '.join(diff)}); "
                                f"resume with the same ones or choose another --out")
@@ -706,6 +1063,10 @@ def build(cfg: BuildConfig, engine=None, progress: bool = True) -> BuildSummary:
         log_file.flush()
 
     started = time.monotonic()
+    for stem, directory in sources:
+        if f"{stem}.leir" not in cfg.workloads_list:
+            log(f"--teacher-database {stem}={directory}: {stem}.leir is not among this build's workloads "
+                f"(--only, --shard); not used")
     try:
         variants = _load_variants(cfg, out, log)
         samples_path = out / SAMPLES
@@ -730,20 +1091,27 @@ def build(cfg: BuildConfig, engine=None, progress: bool = True) -> BuildSummary:
         for tid, point in resume.items():
             if point is None:
                 done.add(tid)
-        todo = [(v, k, resume.get(f"{v.workload}/{v.name}/t{k}")) for v in variants for k in range(cfg.trajectories)
-                if f"{v.workload}/{v.name}/t{k}" not in done]
+        todo = []
+        for v in variants:
+            todo += [(v, k, resume.get(_tid(v, k))) for k in range(cfg.trajectories) if _tid(v, k) not in done]
+            # The teacher trajectories of a start program after its walks.
+            if (cfg.teachers or any(stem == v.stem for stem, _ in sources)) and _tid(v, TEACHER_JOB) not in done:
+                todo.append((v, TEACHER_JOB, None))
+        walks = sum(1 for _, k, _ in todo if k != TEACHER_JOB)
         total = len(variants) * cfg.trajectories
         owned = engine is None
         if owned:
             engine = _engine(cfg)
         # Resumed trajectories have done the states up to their last committed one.
         states_done = sum(point.next_index for point in resume.values() if point is not None)
-        bar = _Progress(total, total - len(todo), cfg.steps, (total - len(todo)) * cfg.steps + states_done) \
+        bar = _Progress(total, total - walks, cfg.steps, (total - walks) * cfg.steps + states_done) \
             if progress else None
         counts = {"written": 0, "verified": 0, "measurements": 0, "hits": 0}
+        teachers = _TeacherCounts()
+        context = (sources, _TeacherFile(out / TEACHERS), teachers)
         with open(samples_path, "a", encoding="utf-8") as sink:
             try:
-                _run(todo, cfg, engine, sink, existing, done, states, progress_path, counts, bar, log)
+                _run(todo, cfg, engine, sink, existing, done, states, progress_path, counts, bar, log, context)
             finally:
                 if bar is not None:
                     bar.close()
@@ -751,8 +1119,26 @@ def build(cfg: BuildConfig, engine=None, progress: bool = True) -> BuildSummary:
                     engine.close()
     finally:
         log_file.close()
-    return BuildSummary(out, total, len(todo), counts["written"], total_before + counts["written"],
-                        counts["verified"], counts["measurements"], counts["hits"], time.monotonic() - started, skipped)
+    return BuildSummary(out, total, walks, counts["written"], total_before + counts["written"],
+                        counts["verified"], counts["measurements"], counts["hits"], time.monotonic() - started, skipped,
+                        teachers.as_dict() if cfg.teachers or sources else {})
+
+
+def _tid(variant: Variant, k) -> str:
+    """A walk's trajectory id (``k``: its index), or the teacher job's."""
+    return f"{variant.workload}/{variant.name}/" + (f"t{k}" if k != TEACHER_JOB else TEACHER_JOB)
+
+
+def _check_database(stem: str, directory: str) -> None:
+    """``DatasetError`` unless MetaSchedule can read the database in ``directory``."""
+    try:
+        from tvm.s_tir import meta_schedule as ms
+
+        ms.database.JSONDatabase(work_dir=directory).get_all_tuning_records()
+    except Exception as e:  # TVM's parser: a damaged file
+        last = str(e).strip().splitlines()[-1] if str(e).strip() else ""
+        raise DatasetError(f"--teacher-database {stem}={directory}: MetaSchedule cannot read this database "
+                           f"({type(e).__name__}: {last})") from None
 
 
 def _engine(cfg: BuildConfig):
@@ -770,7 +1156,8 @@ def _engine(cfg: BuildConfig):
 WAVE = 4
 
 
-def _run(todo, cfg, engine, sink, existing, done, states, progress_path, counts, bar, log) -> None:
+def _run(todo, cfg, engine, sink, existing, done, states, progress_path, counts, bar, log, context) -> None:
+    sources, teacher_file, teacher_counts = context
     queue = list(todo)
     active: list[dict] = []
     wave = max(WAVE, 2 * getattr(engine, "workers", 1))
@@ -783,7 +1170,7 @@ def _run(todo, cfg, engine, sink, existing, done, states, progress_path, counts,
     def start_next() -> None:
         while queue and len(active) < wave:
             variant, k, resume = queue.pop(0)
-            job = {"tid": f"{variant.workload}/{variant.name}/t{k}", "variant": variant, "k": k, "gen": None,
+            job = {"tid": _tid(variant, k), "variant": variant, "k": k, "gen": None,
                    "futures": [], "resume": resume, "states": resume.next_index if resume is not None else 0}
             if resume is None:
                 job["futures"] = submit([variant.analysis], variant.analysis)
@@ -795,6 +1182,16 @@ def _run(todo, cfg, engine, sink, existing, done, states, progress_path, counts,
         write_atomic(progress_path, json.dumps({"done": sorted(done), "states": dict(sorted(states.items())),
                                                 "bytes": sink.tell()}, indent=0) + "\n", durable=True)
 
+    def write(samples) -> None:
+        for sample in samples:
+            if sample["id"] in existing:
+                continue
+            records.validate(sample)
+            sink.write(records.dumps(sample) + "\n")
+            existing.add(sample["id"])
+            counts["written"] += 1
+            counts["verified"] += sample["verified"]
+
     start_next()
     while active:
         for job in list(active):
@@ -805,21 +1202,33 @@ def _run(todo, cfg, engine, sink, existing, done, states, progress_path, counts,
                     log(f"{job['tid']}: the start program has no latency ({ms[0].error}); trajectory skipped")
                     _finish(job, active, done, states, commit, counts, bar, cfg.steps)
                     continue
-                job["gen"] = _trajectory(job["variant"], job["k"], cfg, ms[0] if ms else None, log, job["resume"])
+                if job["k"] == TEACHER_JOB:
+                    job["gen"] = _teachers(job["variant"], cfg, ms[0], sources, done, teacher_file, teacher_counts,
+                                           log)
+                else:
+                    job["gen"] = _trajectory(job["variant"], job["k"], cfg, ms[0] if ms else None, log,
+                                             job["resume"])
                 request = next(job["gen"], None)
             else:
                 request = job["gen"].send(ms)
             # Samples come out before the next request (or the end).
+            while isinstance(request, tuple) and request[0] == "trajectory":
+                # A teacher trajectory, whole: committed at once (a kill
+                # before the commit follows it again, from the cache).
+                _, tid, samples, source = request
+                write(samples)
+                done.add(tid)
+                commit()
+                teacher_counts.samples += len(samples)
+                if source == "plan":
+                    teacher_counts.plan_trajectories += 1
+                else:
+                    teacher_counts.database_trajectories += 1
+                request = next(job["gen"], None)
             while isinstance(request, tuple):
                 for sample in request[1]:
                     states[job["tid"]] = sample["step_index"]
-                    if sample["id"] in existing:
-                        continue
-                    records.validate(sample)
-                    sink.write(records.dumps(sample) + "\n")
-                    existing.add(sample["id"])
-                    counts["written"] += 1
-                    counts["verified"] += sample["verified"]
+                write(request[1])
                 commit()
                 job["states"] += 1
                 if bar is not None:
@@ -837,5 +1246,5 @@ def _finish(job, active, done, states, commit, counts, bar, steps: int) -> None:
     done.add(job["tid"])
     states.pop(job["tid"], None)
     commit()
-    if bar is not None:
+    if bar is not None and job["k"] != TEACHER_JOB:
         bar.trajectory(max(0, steps - job["states"]), counts["written"], counts["verified"])

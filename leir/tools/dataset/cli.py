@@ -27,6 +27,12 @@ def add_parser(sub) -> None:
     b.add_argument("--trajectories", type=int, default=1, metavar="T", help="trajectories per start program (default 1)")
     b.add_argument("--explore", type=float, default=0.25, metavar="P",
                    help="probability of going on from a random verified candidate, not the fastest (default 0.25)")
+    b.add_argument("--teachers", type=int, default=0, metavar="N",
+                   help="teacher trajectories per start program that follow the N fastest of the plans of "
+                        "leir.tools.plans (policy teacher; default 0); also the most taken from each --teacher-database")
+    b.add_argument("--teacher-database", action="append", default=[], metavar="STEM=DIR", dest="teacher_databases",
+                   help="teacher trajectories from the MetaSchedule tuning database in DIR, for the workload STEM.leir "
+                        "(its records' traces translated into catalogue steps); repeatable")
     b.add_argument("--target", choices=["llvm", "cuda"], default="llvm",
                    help="this CPU or this machine's GPU (with --rpc: what the remote devices are)")
     b.add_argument("--rpc", metavar="HOST:PORT:KEY", help="measure on the devices a TVM RPC tracker pools under KEY")
@@ -85,7 +91,8 @@ def cmd_build(args) -> int:
                       budget=args.budget, target=args.target, seed=args.seed, jobs=args.jobs,
                       trajectories=args.trajectories, explore=args.explore, repeat=args.repeat,
                       min_run_ms=args.min_run_ms, verify=args.verify, cache_dir=args.cache_dir, rpc=args.rpc,
-                      only=list(args.only), shard=args.shard)
+                      only=list(args.only), shard=args.shard, teachers=args.teachers,
+                      teacher_databases=list(args.teacher_databases))
     summary = build(cfg)
     print(summary.text(), file=sys.stderr)
     if not args.no_export:
@@ -117,8 +124,6 @@ def cmd_stats(args) -> int:
     if args.json:
         print(json.dumps(stats, indent=1))
     else:
-        from leir.tools.dataset.stats import format_stats
-
         print(format_stats(stats))
         for p in stats.get("plots", []):
             print(f"plot: {p}")

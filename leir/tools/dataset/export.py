@@ -10,14 +10,16 @@ workload, and Step-TP's chat form.
 - ``OUT/data/{train,validation,test,heldout}.parquet`` and
   ``OUT/chat/{split}.jsonl``: the splits (below);
 - ``OUT/chat.jsonl``: every kept sample as a Step-TP chat pair;
-- ``OUT/splits.json``: which workload family went to which split, counts;
+- ``OUT/splits.json``: which workload family went to which split, counts
+  (per split and per ``policy``: exploit, explore, teacher, none);
 - ``OUT/README.md``: a dataset card whose header tells the ``datasets``
   library where the splits are, so ``datasets.load_dataset("OUT")`` loads them.
 
 **Filtering**, as Step-TP's, so that easy strategies do not dominate: only
 verified samples with a measured latency; one sample per identical
 (``before``, ``step``) pair (the same step from the same program, reached by
-two trajectories); at most ``cap`` samples per strategy (``algebraic_cap``
+two trajectories: the first in file order, or the first ``teacher`` one, so
+that a teacher trajectory keeps all its steps); at most ``cap`` samples per strategy (``algebraic_cap``
 for the algebraic rewrites, which apply almost everywhere and change no
 latency), the kept ones chosen by a seeded shuffle rather than by file order.
 
@@ -37,7 +39,7 @@ import json
 import math
 import random
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from leir.tools.dataset.build import DatasetError, read_samples
@@ -98,7 +100,7 @@ def select(samples, cap: int = DEFAULT_CAP, algebraic_cap: int = DEFAULT_ALGEBRA
            verified_only: bool = True) -> tuple[list[dict], dict[str, int]]:
     """The kept samples (in file order) and how many each filter removed."""
     removed = Counter()
-    seen: set[tuple[str, str]] = set()
+    seen: dict[tuple[str, str], int] = {}
     kept = []
     for s in samples:
         if verified_only and not (s["verified"] and s["latency_after_ms"] is not None):
@@ -107,8 +109,10 @@ def select(samples, cap: int = DEFAULT_CAP, algebraic_cap: int = DEFAULT_ALGEBRA
         key = (s["before"], json.dumps(s["step"], sort_keys=True))
         if key in seen:
             removed["duplicate (program, step)"] += 1
+            if s["policy"] == "teacher" and kept[seen[key]]["policy"] != "teacher":
+                kept[seen[key]] = s  # the step of an expert's trajectory keeps its place in that trajectory
             continue
-        seen.add(key)
+        seen[key] = len(kept)
         kept.append(s)
     by_strategy: dict[str, list[int]] = {}
     for i, s in enumerate(kept):
@@ -211,11 +215,23 @@ class ExportSummary:
     kept: int
     removed: dict[str, int]
     splits: dict[str, int]
+    #: Kept samples per policy (``exploit``, ``explore``, ``teacher``; ``none``: not chosen).
+    policies: dict[str, int] = field(default_factory=dict)
 
     def text(self) -> str:
         removed = ", ".join(f"{n} {why}" for why, n in sorted(self.removed.items())) or "none"
         splits = ", ".join(f"{k} {self.splits.get(k, 0)}" for k in SPLITS)
-        return (f"exported {self.kept} of {self.read} samples to {self.out} (removed: {removed}); splits: {splits}")
+        policies = ", ".join(f"{k} {n}" for k, n in self.policies.items())
+        return (f"exported {self.kept} of {self.read} samples to {self.out} (removed: {removed}); splits: {splits}"
+                + (f"; policies: {policies}" if policies else ""))
+
+
+def policy_counts(samples) -> dict[str, int]:
+    """Samples per policy, in ``records.POLICIES`` order, ``none`` (not chosen) last."""
+    from leir.tools.dataset.records import POLICIES
+
+    counts = Counter(s["policy"] or "none" for s in samples)
+    return {k: counts[k] for k in (*POLICIES, "none") if counts[k]}
 
 
 def export(out: str | Path, cap: int = DEFAULT_CAP, algebraic_cap: int = DEFAULT_ALGEBRAIC_CAP, seed: int = 0,
@@ -247,15 +263,19 @@ def export(out: str | Path, cap: int = DEFAULT_CAP, algebraic_cap: int = DEFAULT
         for split, rows in by_split.items():
             write_parquet(out / "data" / f"{split}.parquet", rows)
     counts = {k: len(v) for k, v in by_split.items()}
+    policies = policy_counts(kept)
     write_atomic(out / "splits.json", json.dumps({"families": dict(sorted(families.items())), "samples": counts,
-                                                  "removed": removed, "kept": len(kept), "read": len(samples)},
+                                                  "removed": removed, "kept": len(kept), "read": len(samples),
+                                                  "policies": policies,
+                                                  "policies_per_split": {k: policy_counts(v)
+                                                                         for k, v in by_split.items()}},
                                                  indent=1) + "\n")
     if parquet:
-        write_atomic(out / "README.md", _card(counts, len(kept)))
-    return ExportSummary(out, len(samples), len(kept), removed, counts)
+        write_atomic(out / "README.md", _card(counts, len(kept), policies))
+    return ExportSummary(out, len(samples), len(kept), removed, counts, policies)
 
 
-def _card(counts: dict[str, int], kept: int) -> str:
+def _card(counts: dict[str, int], kept: int, policies: dict[str, int]) -> str:
     """A dataset card whose YAML header lists the split files, which the
     ``datasets`` library reads (``load_dataset(DIR)``)."""
     files = "\n".join(f"  - split: {k}\n    path: data/{k}.parquet" for k in SPLITS if counts.get(k))
@@ -275,6 +295,12 @@ min, max and spread), speedup, and reasoning computed from analysis.
 
 Splits are by workload family; `heldout` holds whole families never seen in
 the others. Counts: {", ".join(f"{k} {counts.get(k, 0)}" for k in SPLITS)}.
+
+`policy` says how the trajectory went on from a sample: `exploit` (the
+fastest measured candidate), `explore` (a seeded random one), `teacher` (the
+next step of a plan toward a known-good kernel or of a MetaSchedule
+tuning record's translated trace), null for the candidates not taken.
+Counts: {", ".join(f"{k} {n}" for k, n in policies.items()) or "none"}.
 
     import datasets
     ds = datasets.load_dataset("parquet", data_files={{"train": "data/train.parquet"}})

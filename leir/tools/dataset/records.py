@@ -8,11 +8,15 @@ steps the policy did not take, slower ones included, are data too.
 
 - ``workload``: the file name (``matmul.leir``); ``variant``: ``"orig"`` or
   ``"v1"``...; ``variant_sizes``: old extent -> new extent;
-- ``trajectory``: ``workload/variant/t<k>``; ``step_index``: 0 for a step
-  from the start program; ``chosen``: the trajectory continued from this
-  sample's ``after``; ``policy``: ``"exploit"`` (the fastest verified
-  candidate), ``"explore"`` (a seeded random pick among the verified ones)
-  for a chosen sample, else ``null``;
+- ``trajectory``: ``workload/variant/t<k>`` for a walk,
+  ``workload/variant/plan<k>`` or ``workload/variant/db<k>`` for a teacher
+  trajectory (a plan of ``leir.tools.plans``, a MetaSchedule record's
+  trace); ``step_index``: 0 for a step from the start program; ``chosen``:
+  the trajectory continued from this sample's ``after``; ``policy``
+  (``POLICIES``): ``"exploit"`` (the fastest verified candidate),
+  ``"explore"`` (a seeded random pick among the verified ones),
+  ``"teacher"`` (the next step of an expert's trajectory: a plan or a
+  translated MetaSchedule trace) for a chosen sample, else ``null``;
 - ``before``, ``after``: canonical LEIR; ``leir apply --step STEP`` on a file
   holding ``before`` prints ``after``;
 - ``step``: ``{"id", "args"}``, exactly what ``leir apply --step`` takes;
@@ -68,6 +72,9 @@ FIELDS: dict[str, tuple] = {
     "error": (str, type(None)),
 }
 
+#: The values of ``policy`` for a chosen sample (``null`` for the others).
+POLICIES = ("exploit", "explore", "teacher")
+
 #: Keys of ``verification``.
 VERIFICATION_FIELDS = ("method", "seeds", "max_abs_err", "max_rel_err", "mse", "criterion",
                        "rel_tolerance", "abs_tolerance", "mse_tolerance", "summary")
@@ -93,6 +100,10 @@ def validate(sample: dict[str, Any]) -> None:
             raise RecordError(f"field {name!r} is a bool, expected {types}")
         if not isinstance(value, types):
             raise RecordError(f"field {name!r} is {type(value).__name__}, expected {[t.__name__ for t in types]}")
+    if sample["policy"] is not None and sample["policy"] not in POLICIES:
+        raise RecordError(f"field 'policy' is {sample['policy']!r}, expected one of {list(POLICIES)} or null")
+    if sample["chosen"] != (sample["policy"] is not None):
+        raise RecordError("a chosen sample has a policy, and only a chosen one")
     step = sample["step"]
     if set(step) != {"id", "args"} or not isinstance(step["args"], dict):
         raise RecordError("field 'step' must be exactly {\"id\", \"args\"}")

@@ -1,6 +1,10 @@
 """``leir dataset stats DIR``: what a build holds.
 
-Counts per strategy and per workload, the verification pass rate, the
+Counts per strategy, per workload and per policy (``exploit``, ``explore``,
+``teacher``; the samples no trajectory went on with under ``none``), what
+the teacher sources gave (``OUT/teachers.json``: plans screened and
+followed, database records translated, stopped, and the instructions
+without a catalogue step), the verification pass rate, the
 speedup distribution (verified samples with a latency), trajectory lengths
 (steps the trajectory went on with), tokens per sample under the tokenizer
 of the LEIR token figure (``leir.tools.token_counts``: SmolLM2's BPE) for the program
@@ -16,7 +20,8 @@ import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from leir.tools.dataset.build import DatasetError, read_samples
+from leir.tools.dataset.build import TEACHERS, DatasetError, read_samples
+from leir.tools.dataset.records import POLICIES
 
 #: Below this ratio from 1 a speedup is measurement noise (as in leir.tools.optimize).
 NOISE = 0.03
@@ -52,6 +57,15 @@ def compute(out: str | Path, tokens: bool = True) -> dict:
     per_workload = {name: {"samples": len(g), "verified": sum(s["verified"] for s in g),
                            "variants": len({s["variant"] for s in g})}
                     for name, g in _group(samples, "workload").items()}
+    per_policy = {}
+    for name in (*POLICIES, "none"):
+        group = [s for s in samples if (s["policy"] or "none") == name]
+        if not group and name != "teacher":
+            continue
+        sp = [s["speedup"] for s in group if s["verified"] and s["speedup"] is not None]
+        per_policy[name] = {"samples": len(group), "verified": sum(s["verified"] for s in group),
+                            "trajectories": len({s["trajectory"] for s in group}) if name != "none" else None,
+                            "median_speedup": statistics.median(sp) if sp else None}
     lengths = Counter()
     for tid, group in _group(samples, "trajectory").items():
         lengths[sum(s["chosen"] for s in group)] += 1
@@ -74,12 +88,49 @@ def compute(out: str | Path, tokens: bool = True) -> dict:
         "speedup_per_step": {str(k): _quantiles(v) for k, v in sorted(per_step.items())},
         "per_strategy": dict(sorted(per_strategy.items(), key=lambda kv: -kv[1]["samples"])),
         "per_workload": dict(sorted(per_workload.items())),
+        "per_policy": per_policy,
+        "teachers": teacher_sources(Path(out)),
         "targets": dict(Counter(s["target"] for s in samples)),
         "devices": dict(Counter(s["device"] for s in samples)),
     }
     if tokens:
         result["tokens"] = _tokens(samples, chat_pair)
     return result
+
+
+def teacher_sources(out: Path) -> dict | None:
+    """What ``OUT/teachers.json`` says the teacher sources gave, summed over
+    the start programs (None without one): the plans screened, verified and
+    followed; per database, its records for the start programs, translated
+    whole, stopped (and at what), the instructions without a catalogue step
+    (``lost``) and what became of the translated ones."""
+    path = out / TEACHERS if out.is_dir() else out.parent / TEACHERS
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    plans = Counter()
+    databases: dict[str, dict] = {}
+    for entry in data.values():
+        if "plans" in entry:
+            p = entry["plans"]
+            plans.update({"start_programs": 1, "screened": p["screened"], "verified": p["verified"],
+                          "followed": len(p["followed"])})
+        for report in entry.get("databases", []):
+            d = databases.setdefault(report["database"], {
+                "records": 0, "translated": 0, "stopped": 0, "stopped_at": Counter(), "lost": Counter(),
+                "followed": 0, "same_program": 0, "over_limit": 0, "no_step": 0, "errors": []})
+            if "error" in report:
+                d["errors"].append(report["error"])
+                continue
+            for k in ("records", "translated", "stopped", "same_program", "over_limit", "no_step"):
+                d[k] += report[k]
+            d["followed"] += len(report["followed"])
+            d["stopped_at"].update(report["stopped_at"])
+            d["lost"].update(report["lost"])
+    for d in databases.values():
+        d["translated_fraction"] = d["translated"] / d["records"] if d["records"] else None
+        d["stopped_at"], d["lost"] = dict(d["stopped_at"].most_common()), dict(d["lost"].most_common())
+    return {"plans": dict(plans), "databases": dict(sorted(databases.items()))}
 
 
 def _group(samples, key: str) -> dict[str, list[dict]]:
@@ -182,6 +233,28 @@ def format_stats(stats: dict) -> str:
     for name, row in stats["per_strategy"].items():
         med = f"{row['median_speedup']:.3g}x" if row["median_speedup"] is not None else "-"
         lines.append(f"  {name:28s} {row['samples']:6d} {row['verified']:6d} {med:>9s}")
+    lines.append("per policy (samples / verified / trajectories / median speedup):")
+    for name, row in stats.get("per_policy", {}).items():
+        med = f"{row['median_speedup']:.3g}x" if row["median_speedup"] is not None else "-"
+        traj = str(row["trajectories"]) if row["trajectories"] is not None else "-"
+        lines.append(f"  {name:28s} {row['samples']:6d} {row['verified']:6d} {traj:>6s} {med:>9s}")
+    teachers = stats.get("teachers")
+    if teachers:
+        p = teachers["plans"]
+        if p:
+            lines.append(f"teacher plans: {p['followed']} followed of {p['verified']} verified of {p['screened']} "
+                         f"screened, for {p['start_programs']} start programs")
+        for directory, d in teachers["databases"].items():
+            line = (f"teacher database {directory}: {d['records']} records of the start programs, "
+                    f"{d['translated']} translated whole, {d['stopped']} stopped, {d['followed']} followed "
+                    f"({d['same_program']} reach a program already followed, {d['over_limit']} over --teachers)")
+            if d["stopped_at"]:
+                line += "; stopped at: " + ", ".join(f"{why} {n}" for why, n in d["stopped_at"].items())
+            if d["lost"]:
+                line += "; without a catalogue step: " + ", ".join(f"{k} {n}" for k, n in d["lost"].items())
+            if d["errors"]:
+                line += "; errors: " + "; ".join(d["errors"])
+            lines.append(line)
     lines.append("per workload (samples / verified / variants):")
     for name, row in stats["per_workload"].items():
         lines.append(f"  {name:28s} {row['samples']:6d} {row['verified']:6d} {row['variants']:4d}")
