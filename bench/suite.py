@@ -33,7 +33,7 @@ leir's kernel is faster), "leir / vendor" is the fastest vendor's ms / leir ms.
 Geomeans are over the workloads where both figures exist.
 
     python bench/suite.py [--workloads matmul_512,softmax_256x1024] [--budget 64 | --budgets 16,32,64]
-                          [--steps 15] [--strategy plans] [--no-metaschedule] [--rounds 3]
+                          [--steps 15] [--strategy plans] [--cost-model none] [--no-metaschedule] [--rounds 3]
                           [--json OUT.json] [--docs docs/optimize.md]
 """
 
@@ -304,7 +304,8 @@ def run_workload(name: str, args, metaschedule: bool) -> dict:
             with tempfile.TemporaryDirectory(prefix=f"leir-cache-{name}-") as cache:
                 if not args.keep_cache:
                     os.environ["LEIR_CACHE_DIR"] = cache
-                result = optimize(analysis, steps=args.steps, budget=budget, strategy=args.strategy)
+                result = optimize(analysis, steps=args.steps, budget=budget, strategy=args.strategy,
+                                  **({"cost_model": None} if args.cost_model == "none" else {}))
             finals[budget] = analyze(result.final)
             row["leir"].update(steps=[s.id for s in result.steps], measurements=result.measurements,
                                cache_hits=result.cache_hits, confirmations=result.confirmations,
@@ -472,6 +473,8 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=15, help="steps at most for leir optimize")
     parser.add_argument("--strategy", default=STRATEGIES[0], choices=STRATEGIES)
     parser.add_argument("--no-metaschedule", action="store_true", help="skip MetaSchedule")
+    parser.add_argument("--cost-model", choices=("default", "none"), default="default",
+                        help="none: the plans search orders its plans by their hand-written prior, no learned model")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the turn-about timing (default 3)")
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--min-repeat-ms", type=int, default=50)
@@ -508,6 +511,13 @@ def main(argv=None) -> int:
         except Exception as e:  # a workload that cannot even be timed: its row says why
             traceback.print_exc()
             records.append({"workload": name, "error": _reason(e)})
+        # Each workload's row as soon as it is timed, and the figures so far
+        # (a long run cut short keeps what it measured).
+        print("\n".join(table(records[-1:], args.budgets).splitlines()[2:]), flush=True)
+        if args.json:
+            Path(args.json + ".partial").write_text(json.dumps(
+                {"started": started.isoformat(), "commit": _commit(), "workloads": records}, indent=2,
+                default=str) + "\n", encoding="utf-8")
 
     text = table(records, args.budgets)
     means = geomeans(records, args.budgets)
@@ -522,7 +532,8 @@ def main(argv=None) -> int:
     cpu = platform.processor() or platform.machine()
     torch_note = "" if "torch" in ran_vendors else " (torch not importable: NumPy only)"
     summary_lines.append(
-        f"leir optimize --strategy {args.strategy} --steps {args.steps}, a fresh cache per search"
+        f"leir optimize --strategy {args.strategy} --steps {args.steps}"
+        f"{', no cost model (the plans prior)' if args.cost_model == 'none' else ''}, a fresh cache per search"
         f"{' (kept: --keep-cache)' if args.keep_cache else ''}; MetaSchedule "
         f"{'skipped' if args.no_metaschedule else 'tune_tir at the same number of trials'}; vendors that ran: "
         f"{', '.join(ran_vendors) or 'none'}{torch_note}; {blas_description()}; timed turn about, {args.rounds} "
