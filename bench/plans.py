@@ -50,7 +50,8 @@ def main(argv=None) -> int:
     if not path.exists():
         parser.error(f"no workload {args.workload!r} in bench/workloads/")
     analysis, _ = load_program(path)
-    specs = plans_for(analysis, limit=max(64, args.top))
+    # With --where, from every plan of the grid (the search draws 64).
+    specs = plans_for(analysis, limit=10**6 if args.where else max(64, args.top))
     if args.where:
         specs = [s for s in specs if eval(args.where, {}, {"s": s})]  # the user's own command line
     rows, timers = [], []

@@ -359,3 +359,21 @@ def test_a_batch_of_one_is_not_the_parallel_loop_and_the_prior_counts_the_loop_r
     # prior would count k's 4 tiles only and mark the tiling too serial.
     t = ContractionTiling("O", "w", 8, "k", 4, "c", cache=False)
     assert prior(t, extents, AVX2, spatial=spatial) - prior(t, extents, AVX2) == pytest.approx(1.0)
+
+
+def test_a_convolution_tiles_registers_over_two_row_loops_that_each_reuse_a_read():
+    a = analysis(BATCH1_CONV)
+    tilings = contraction_tilings(a, AVX2, random.Random(0), limit=10**6)
+    two = [t for t in tilings if t.row2 is not None]
+    assert two and {(t.row, t.row2) for t in two} <= {("k", "h"), ("h", "k")}
+    for t in tilings:  # r2_in x r_in x vectors within 16 registers
+        assert t.r2_in * t.r_in * -(-t.v_in // 8) <= 16
+    spec = ContractionTiling("O", "w", 8, "k", 4, "c", cache=False, row2="h", r2_in=2)
+    plan = realize(spec, a)
+    unrolled = [s.args["loop"] for s in plan.steps if s.id == "unroll"]
+    assert len(unrolled) == 2, unrolled  # k's 4 and h's 2 register rows
+    text = print_program(plan.program)
+    assert "U^{4}" in text and "U^{2}" in text and "V^{8}" in text
+    assert transforms.verify(a, analysis(text)).ok
+    # A matmul has no third spatial loop.
+    assert not any(t.row2 for t in contraction_tilings(analysis(MATMUL), AVX2, random.Random(0), limit=10**6))

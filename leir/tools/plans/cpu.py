@@ -4,7 +4,9 @@ and reduction nests.
 **Tiled contraction** (MetaSchedule's multi-level tiling, reduced to what
 pays on a CPU core): the output's stride-1 loop (``vector``) and another
 spatial loop (``row``) are split into a register tile (``r_in`` x
-``v_in``), optionally a cache tile around it (``r_mid`` x ``v_mid``), and
+``v_in``; with a third spatial loop along which a read does not move, a
+convolution's output rows, ``r2_in`` x ``r_in`` x ``v_in``), optionally a
+cache tile around it (``r_mid`` x ``v_mid``), and
 the main reduction loop optionally into ``k_in``-long chunks. The loops are
 reordered to
 
@@ -47,6 +49,8 @@ MAX_LANES = 64
 HALF_VECTOR = 8
 #: Register tile rows tried (how many output rows share one loaded vector).
 ROW_TILES = (1, 2, 4, 6, 8)
+#: Iterations of a second row loop in the register tile (``row2``).
+ROW2_TILES = (2, 4)
 #: Cache tiles tried: columns (elements along the vector loop) and rows.
 V_MID_ELEMENTS = (64, 128, 256)
 R_MID_ROWS = (8, 16, 32, 64)
@@ -92,6 +96,12 @@ class ContractionTiling:
     #: transposed (``cache_read`` + ``transform_layout``: packing), so the
     #: lanes load consecutive elements instead of gathering.
     pack: str | None = None
+    #: A second spatial loop in the register tile (``r2_in`` of its
+    #: iterations, unrolled beside ``r_in``): in a convolution, the output
+    #: rows ``h`` beside the channels ``k``, so that one weight broadcast
+    #: serves ``r2_in`` rows and one input vector ``r_in`` channels.
+    row2: str | None = None
+    r2_in: int = 1
 
     kind = "tiled contraction"
 
@@ -116,15 +126,18 @@ class ContractionTiling:
                 r_out = self.row
             if self.r_mid:
                 r_out, r_mid = b.split(block, r_out, self.r_mid)
+        r2_out = r2_in = None
+        if self.row2 is not None:
+            r2_out, r2_in = b.split(block, self.row2, self.r2_in)
         k_out = None
         reduce_inner = list(reductions)
         if self.k_in:
             k_out, k_in = b.split(block, self.reduce, self.k_in)
             reduce_inner[reduce_inner.index(self.reduce)] = k_in
-        others = [v for v in spatial if v not in (self.vector, self.row)]
+        others = [v for v in spatial if v not in (self.vector, self.row, self.row2)] + ([r2_out] if r2_out else [])
         outer = others + [v for v in ((v_out, r_out) if self.columns_outer else (r_out, v_out)) if v]
         order = (outer + ([k_out] if k_out else []) + [v for v in (r_mid, v_mid) if v] + reduce_inner
-                 + [v for v in (r_in, v_in) if v])
+                 + [v for v in self._register_rows(spatial, r_in, r2_in) if v] + [v_in])
         b.reorder_to(block, order)
         # The loop the accumulator's copy goes under: the last spatial loop
         # outside every reduction loop.
@@ -160,8 +173,9 @@ class ContractionTiling:
                 except PlanFailed:
                     continue
             b.apply("vectorize", {"block": other, "loop": inner}, optional=True)
-        if self.unroll and r_in:
-            b.apply("unroll", {"block": local, "loop": r_in}, optional=True)
+        for var in (r2_in, r_in) if self.unroll else ():
+            if var:
+                b.apply("unroll", {"block": local, "loop": var}, optional=True)
         if self.unroll_reduction:
             # The innermost reduction loop unrolled: its vector accumulators
             # stay in registers across it (MetaSchedule's auto-unroll).
@@ -170,6 +184,14 @@ class ContractionTiling:
         # The initial value written once per tile, before the reduction
         # loops, instead of a test for the first iteration inside them.
         b.decompose_reduction(local)
+
+
+    def _register_rows(self, spatial: list[str], r_in: str | None, r2_in: str | None) -> list[str | None]:
+        """The register tile's row loops in the order of the loops they
+        come from (fewer swaps: the order does not matter once unrolled)."""
+        if self.row2 is not None and self.row is not None and spatial.index(self.row2) < spatial.index(self.row):
+            return [r2_in, r_in]
+        return [r_in, r2_in]
 
 
 def _pack(b: Builder, block: str, tensor: str) -> None:
@@ -225,16 +247,26 @@ def _contractions(analysis: Analysis):
         if vector is None:
             continue
         yield (info, block, extents, vector, max(info.reduce_axes, key=lambda v: extents[v]),
-               _packable(analysis, info, vector))
+               _packable(analysis, info, vector), _invariant(analysis, info))
+
+
+def _invariant(analysis: Analysis, info) -> tuple[str, ...]:
+    """The spatial loops of ``info`` along which some input read does not
+    move (stride 0): a register tile along them reuses that read."""
+    inputs = {t.name for t in analysis.inputs()}
+    return tuple(v for v in info.spatial
+                 if any(s == 0 for t, s in access_strides(analysis, info, v).items() if t in inputs))
 
 
 def _grid(info, block: str, extents: dict[str, int], vector: str, reduce: str, lanes: int,
-          packable: list[str] = ()) -> list[ContractionTiling]:
+          packable: list[str] = (), invariant: tuple[str, ...] = ()) -> list[ContractionTiling]:
     """Every tiling of one contraction: the divisors of its extents that
     make register tiles within 16 vector registers, cache tiles of the sizes
     in ``V_MID_ELEMENTS`` and ``R_MID_ROWS``, reduction chunks ``K_CHUNKS``;
     with a gathered operand, each packed and not (one gathered operand is
-    packed: the contractions here have at most one)."""
+    packed: the contractions here have at most one); with a third spatial
+    loop along which a read is ``invariant``, register tiles over two row
+    loops too."""
     # Powers of two, whole vectors, or half a vector (8 lanes) where the
     # extent has no whole power-of-two one: a 56-wide row takes 8 x 7.
     # 28 or 56 lanes legalise into 16 + 8 + 4 and measured 3-8x slower
@@ -249,16 +281,22 @@ def _grid(info, block: str, extents: dict[str, int], vector: str, reduce: str, l
         r_ins = [r for r in ROW_TILES if row is None and r == 1
                  or row is not None and (r == 1 or extents[row] % r == 0 and r < extents[row])]
         k_ins = (None,) + tuple(k for k in K_CHUNKS if extents[reduce] % k == 0 and k < extents[reduce])
-        for v_in, r_in in itertools.product(v_ins, r_ins):
-            # Accumulators in registers: r_in x v_in floats within 16 vector registers.
-            if r_in * -(-v_in // lanes) > 16:
+        # A second row loop: another spatial loop of more than one
+        # iteration, along which some read does not move (a convolution's
+        # weights along the output rows), so the register tile reuses it.
+        seconds = [(None, 1)] + [(v, r2) for v in rows if v not in (row, None) and v in invariant
+                                 for r2 in ROW2_TILES if extents[v] % r2 == 0 and r2 < extents[v]]
+        for v_in, r_in, (row2, r2_in) in itertools.product(v_ins, r_ins, seconds):
+            # Accumulators in registers: r2_in x r_in x v_in floats within 16 vector registers.
+            if r2_in * r_in * -(-v_in // lanes) > 16 or (row2 is not None and r_in == 1):
                 continue
             v_mids = _mid_factors(extents[vector] // v_in, v_in, V_MID_ELEMENTS)
             r_mids = _mid_factors(extents[row] // r_in, r_in, R_MID_ROWS) if row is not None else [None]
             for k_in, v_mid, r_mid, fuse, cache, unroll_k, pack in itertools.product(
                     k_ins, v_mids, r_mids, (False, True), (True, False), (False, True), (None, *packable[:1])):
                 grid.append(ContractionTiling(block, vector, v_in, row, r_in, reduce, k_in, v_mid, r_mid,
-                                              fuse_outer=fuse, cache=cache, unroll_reduction=unroll_k, pack=pack))
+                                              fuse_outer=fuse, cache=cache, unroll_reduction=unroll_k, pack=pack,
+                                              row2=row2, r2_in=r2_in))
     return grid
 
 
@@ -271,8 +309,8 @@ def contraction_tilings(analysis: Analysis, machine: Machine, rng: random.Random
     later (``leir.tools.optimize.planned``)."""
     out: list[ContractionTiling] = []
     lanes = max(1, machine.vector_bytes // 4)
-    for info, block, extents, vector, reduce, packable in _contractions(analysis):
-        grid = _grid(info, block, extents, vector, reduce, lanes, packable)
+    for info, block, extents, vector, reduce, packable, invariant in _contractions(analysis):
+        grid = _grid(info, block, extents, vector, reduce, lanes, packable, invariant)
         if not grid:
             continue
         rng.shuffle(grid)
@@ -285,7 +323,7 @@ def contraction_tilings(analysis: Analysis, machine: Machine, rng: random.Random
 
 #: The parameters a neighbour changes (one at a time).
 _KNOBS = ("v_in", "row", "r_in", "k_in", "v_mid", "r_mid", "fuse_outer", "unroll", "cache", "unroll_reduction",
-          "columns_outer", "pack")
+          "columns_outer", "pack", "row2", "r2_in")
 
 
 def tiling_neighbours(t: ContractionTiling, analysis: Analysis, machine: Machine) -> list[ContractionTiling]:
@@ -293,10 +331,10 @@ def tiling_neighbours(t: ContractionTiling, analysis: Analysis, machine: Machine
     parameter (MetaSchedule's evolutionary search mutates one decision at a
     time the same way)."""
     lanes = max(1, machine.vector_bytes // 4)
-    for info, block, extents, vector, reduce, packable in _contractions(analysis):
+    for info, block, extents, vector, reduce, packable, invariant in _contractions(analysis):
         if block != t.block:
             continue
-        grid = _grid(info, block, extents, vector, reduce, lanes, packable)
+        grid = _grid(info, block, extents, vector, reduce, lanes, packable, invariant)
         grid += [ContractionTiling(**{**asdict(g), "columns_outer": True}) for g in grid if not g.columns_outer]
         return [g for g in grid if sum(getattr(g, k) != getattr(t, k) for k in _KNOBS) == 1]
     return []
@@ -318,7 +356,7 @@ def prior(t: ContractionTiling, extents: dict[str, int], machine: Machine, gathe
     lanes = max(1, machine.vector_bytes // 4)
     regs = _register_use(t, lanes)
     score = -abs(math.log2(max(regs, 1) / 8))
-    rows = t.r_in * (t.r_mid or 1)
+    rows = t.r2_in * t.r_in * (t.r_mid or 1)
     cols = t.v_in * (t.v_mid or 1)
     tile_bytes = rows * cols * 4
     score -= 0.5 * abs(math.log2(tile_bytes / (machine.l1d / 2)))
@@ -349,7 +387,7 @@ def _mid_factors(outer: int, inner: int, sizes: tuple[int, ...]) -> list[int | N
 
 
 def _register_use(t: ContractionTiling, lanes: int) -> int:
-    return t.r_in * -(-t.v_in // lanes)
+    return t.r2_in * t.r_in * -(-t.v_in // lanes)
 
 
 def _vector_axis(analysis: Analysis, info, gathers: bool = False) -> str | None:
