@@ -37,6 +37,12 @@ class Machine:
         """This machine, read from /sys and /proc (cached)."""
         return _detect_machine()
 
+    @property
+    def vector_registers(self) -> int:
+        """Architectural vector registers: 32 with AVX-512 (zmm0-31) and on
+        AArch64 (v0-31), 16 with AVX2 and SSE."""
+        return 32 if self.vector_isa in ("AVX-512", "NEON") else 16
+
     def caches(self) -> list[tuple[str, int]]:
         return [("L1d", self.l1d), ("L2", self.l2), ("L3", self.l3)]
 

@@ -48,7 +48,11 @@ MAX_LANES = 64
 #: The fewest lanes a vectorized loop gets where no whole vector fits.
 HALF_VECTOR = 8
 #: Register tile rows tried (how many output rows share one loaded vector).
-ROW_TILES = (1, 2, 4, 6, 8)
+ROW_TILES = (1, 2, 4, 6, 8, 12, 16, 24)
+#: Vector registers a tiling leaves for the loaded operands (the rest hold
+#: accumulators): 12 of AVX2's 16, 28 of AVX-512's 32 (BLIS's AVX-512
+#: kernel keeps 14 x 2 accumulators).
+SPARE_REGISTERS = 4
 #: Iterations of a second row loop in the register tile (``row2``).
 ROW2_TILES = (2, 4)
 #: Cache tiles tried: columns (elements along the vector loop) and rows.
@@ -259,9 +263,10 @@ def _invariant(analysis: Analysis, info) -> tuple[str, ...]:
 
 
 def _grid(info, block: str, extents: dict[str, int], vector: str, reduce: str, lanes: int,
-          packable: list[str] = (), invariant: tuple[str, ...] = ()) -> list[ContractionTiling]:
+          packable: list[str] = (), invariant: tuple[str, ...] = (), registers: int = 16) -> list[ContractionTiling]:
     """Every tiling of one contraction: the divisors of its extents that
-    make register tiles within 16 vector registers, cache tiles of the sizes
+    make register tiles within ``registers`` vector registers less
+    ``SPARE_REGISTERS``, cache tiles of the sizes
     in ``V_MID_ELEMENTS`` and ``R_MID_ROWS``, reduction chunks ``K_CHUNKS``;
     with a gathered operand, each packed and not (one gathered operand is
     packed: the contractions here have at most one); with a third spatial
@@ -287,8 +292,8 @@ def _grid(info, block: str, extents: dict[str, int], vector: str, reduce: str, l
         seconds = [(None, 1)] + [(v, r2) for v in rows if v not in (row, None) and v in invariant
                                  for r2 in ROW2_TILES if extents[v] % r2 == 0 and r2 < extents[v]]
         for v_in, r_in, (row2, r2_in) in itertools.product(v_ins, r_ins, seconds):
-            # Accumulators in registers: r2_in x r_in x v_in floats within 16 vector registers.
-            if r2_in * r_in * -(-v_in // lanes) > 16 or (row2 is not None and r_in == 1):
+            # Accumulators in registers: r2_in x r_in x v_in floats, leaving room for the operands.
+            if r2_in * r_in * -(-v_in // lanes) > registers - SPARE_REGISTERS or (row2 is not None and r_in == 1):
                 continue
             v_mids = _mid_factors(extents[vector] // v_in, v_in, V_MID_ELEMENTS)
             r_mids = _mid_factors(extents[row] // r_in, r_in, R_MID_ROWS) if row is not None else [None]
@@ -310,7 +315,7 @@ def contraction_tilings(analysis: Analysis, machine: Machine, rng: random.Random
     out: list[ContractionTiling] = []
     lanes = max(1, machine.vector_bytes // 4)
     for info, block, extents, vector, reduce, packable, invariant in _contractions(analysis):
-        grid = _grid(info, block, extents, vector, reduce, lanes, packable, invariant)
+        grid = _grid(info, block, extents, vector, reduce, lanes, packable, invariant, machine.vector_registers)
         if not grid:
             continue
         rng.shuffle(grid)
@@ -334,7 +339,7 @@ def tiling_neighbours(t: ContractionTiling, analysis: Analysis, machine: Machine
     for info, block, extents, vector, reduce, packable, invariant in _contractions(analysis):
         if block != t.block:
             continue
-        grid = _grid(info, block, extents, vector, reduce, lanes, packable, invariant)
+        grid = _grid(info, block, extents, vector, reduce, lanes, packable, invariant, machine.vector_registers)
         grid += [ContractionTiling(**{**asdict(g), "columns_outer": True}) for g in grid if not g.columns_outer]
         return [g for g in grid if sum(getattr(g, k) != getattr(t, k) for k in _KNOBS) == 1]
     return []
@@ -344,7 +349,8 @@ def prior(t: ContractionTiling, extents: dict[str, int], machine: Machine, gathe
           spatial: tuple[str, ...] = ()) -> float:
     """A hand-written score of a tiling, higher is better, from what made
     tilings fast on this project's measurements (docs/optimize.md): a
-    register tile of 4-12 vector accumulators, a cache tile of the output
+    register tile of about half the vector registers in accumulators (8 of
+    AVX2's 16), a cache tile of the output
     that fits half the L1, reduction chunks of 8-16, enough parallel
     iterations for the cores, and a gathered operand packed (``gathered``:
     the contraction has one). Used to order plans when no learned cost
@@ -355,7 +361,7 @@ def prior(t: ContractionTiling, extents: dict[str, int], machine: Machine, gathe
 
     lanes = max(1, machine.vector_bytes // 4)
     regs = _register_use(t, lanes)
-    score = -abs(math.log2(max(regs, 1) / 8))
+    score = -abs(math.log2(max(regs, 1) / (machine.vector_registers / 2)))
     rows = t.r2_in * t.r_in * (t.r_mid or 1)
     cols = t.v_in * (t.v_mid or 1)
     tile_bytes = rows * cols * 4
