@@ -45,6 +45,10 @@ def main(argv=None) -> int:
     from leir.semantics import analyze
     from leir.tools.plans import PlanFailed, plans_for, realize
 
+    from leir.bridge.targets import kernel_threads
+
+    # The threads the measurement engine's workers run kernels on (as bench/suite.py).
+    os.environ.setdefault("TVM_NUM_THREADS", str(kernel_threads()))
     ms = _load(BENCH / "metaschedule.py", "bench_metaschedule")
     path = BENCH / "workloads" / f"{args.workload}.leir"
     if not path.exists():

@@ -128,6 +128,22 @@ def test_rows_plan_makes_each_softmax_nest_parallel_and_vectorized():
     assert transforms.verify(a, load_leir(text).analysis).ok
 
 
+def test_rows_plan_factors_a_row_sum_into_lanes_and_leaves_a_float_max_alone():
+    a = analysis(SOFTMAX)
+    plan = realize(Rows(16, rfactor=True), a)
+    factored = [s for s in plan.steps if s.id == "rfactor"]
+    assert [s.args["block"] for s in factored] == ["Z"]  # M's float max: TVM's start value differs, not factored
+    text = print_program(plan.program)
+    # Z's 16 partial sums per row as one vector, then a short nest adds them up.
+    assert "Z_rf_{i,j_1} += exp(X_{i,j_0*16+j_1} - M_{i});" in text
+    vectorized = [s.args["block"] for s in plan.steps if s.id == "vectorize"]
+    assert "Z_rf" in vectorized and "Y" in vectorized
+    assert text.count("P^{32}") == 4  # M, Z_rf, Z and Y each over parallel rows
+    assert transforms.verify(a, load_leir(text).analysis).ok
+    # Without rfactor the sum stays one element after another.
+    assert "rfactor" not in {s.id for s in realize(Rows(16), a).steps}
+
+
 def test_rows_plan_runs_a_column_sum_over_parallel_column_tiles_with_vectors_of_columns():
     a = analysis(COLUMN_SUM)
     plan = realize(Rows(8), a)

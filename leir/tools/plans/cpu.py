@@ -422,11 +422,15 @@ def _block_names(analysis: Analysis) -> list[str]:
 
 @dataclass(frozen=True)
 class Rows:
-    """The parameters of one rows plan: each nest's lanes and whether its
-    outer spatial loops are fused before they are made parallel."""
+    """The parameters of one rows plan: each nest's lanes, whether its
+    outer spatial loops are fused before they are made parallel, and
+    whether a row reduction is factored into one partial result per lane
+    first (``rfactor``), so that its stride-1 loop runs as vector lanes
+    instead of one element after another."""
 
     lanes: int
     fuse_outer: bool = False
+    rfactor: bool = False
 
     kind = "parallel rows"
 
@@ -434,6 +438,9 @@ class Rows:
         return {"kind": self.kind, **asdict(self)}
 
     def realize(self, b: Builder) -> None:
+        if self.rfactor:
+            for block in list(b.blocks()):
+                self._lanes_of_partial_results(b, block)
         done: set[int] = set()
         any_parallel = False
         for block in list(b.blocks()):
@@ -445,6 +452,28 @@ class Rows:
             done.add(id(b.info(block).loops[0]))
         if not any_parallel:
             raise PlanFailed(b.steps[-1] if b.steps else None, "no nest has a loop to run in parallel")
+
+    def _lanes_of_partial_results(self, b: Builder, block: str) -> None:
+        """A reduction along its innermost, stride-1 loop (``S_i += X_{i,j}``)
+        split by the lanes and factored over the inner part: ``S_rf_{i,jj}``
+        accumulates one partial result per lane, ``jj`` a spatial loop that
+        ``_nest`` vectorizes; a short nest then adds the lanes up. A float
+        max or min is refused by ``rfactor`` (TVM starts it at the lowest
+        finite value, LEIR at -inf) and stays as it is."""
+        info = b.info(block)
+        if info.kind != "reduce" or not info.loops or info.combiner not in ("sum", "prod"):
+            return  # a max or min: rfactor takes integer ones only, and rows here are floats
+        inner = info.loops[-1]
+        if inner.var not in info.reduce_axes or inner.kind != "L" or not _stride_ok(b.analysis, info, inner.var):
+            return
+        if 1 not in access_strides(b.analysis, info, inner.var).values():
+            return
+        if inner.extent <= self.lanes or inner.extent % self.lanes:
+            return
+        _, lane = b.split(block, inner.var, self.lanes)
+        rank = len(info.equation.lhs.indices)
+        if not b.apply("rfactor", {"block": block, "loop": lane, "factor_axis": rank}, optional=True):
+            raise PlanFailed(b.steps[-1], f"{block} does not factor over its lanes")
 
     def _nest(self, b: Builder, block: str) -> bool:
         """Parallel outer spatial loop, vectorized stride-1 inner one, the
@@ -493,5 +522,5 @@ class Rows:
 
 def rows_plans(analysis: Analysis, machine: Machine) -> Iterator[Rows]:
     lanes = max(2, machine.vector_bytes // 4)
-    for n, fuse in itertools.product((lanes, 2 * lanes, 4 * lanes), (False, True)):
-        yield Rows(n, fuse)
+    for n, fuse, rf in itertools.product((lanes, 2 * lanes, 4 * lanes), (False, True), (True, False)):
+        yield Rows(n, fuse, rf)
