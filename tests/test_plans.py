@@ -59,6 +59,15 @@ L^{64}_{i}
   ];
 """
 
+ATTENTION = """\
+L^{2}_{b}
+  L^{32}_{i}
+    L^{32}_{j}
+      L^{16}_{d} [
+        S_{b,i,j} += Q_{b,i,d}*K_{b,j,d};
+      ];
+"""
+
 AVX2 = Machine(l1d=32 * 1024, l2=512 * 1024, l3=32 * 1024 * 1024, vector_bytes=32, vector_isa="AVX2", cores=2)
 
 
@@ -255,14 +264,7 @@ def test_prior_prefers_register_tiles_and_cache_tiles_that_fit():
 def test_attention_scores_tile_along_the_rows_of_k_with_gathered_lanes():
     # S_{b,i,j} += Q_{b,i,d}*K_{b,j,d}: K moves by 16 elements along j, so
     # the lanes gather; the output still moves by 1.
-    a = analysis("""\
-L^{2}_{b}
-  L^{32}_{i}
-    L^{32}_{j}
-      L^{16}_{d} [
-        S_{b,i,j} += Q_{b,i,d}*K_{b,j,d};
-      ];
-""")
+    a = analysis(ATTENTION)
     tilings = contraction_tilings(a, AVX2, random.Random(0), limit=20)
     assert tilings and {t.vector for t in tilings} == {"j"}
     plan = realize(next(t for t in tilings if t.row == "i" and t.pack is None), a)
@@ -273,14 +275,7 @@ def test_a_gathered_operand_is_packed_transposed_so_the_lanes_load_consecutive_e
     from leir.explain import access_strides
     from leir.tools.plans.cpu import prior
 
-    a = analysis("""\
-L^{2}_{b}
-  L^{32}_{i}
-    L^{32}_{j}
-      L^{16}_{d} [
-        S_{b,i,j} += Q_{b,i,d}*K_{b,j,d};
-      ];
-""")
+    a = analysis(ATTENTION)
     tilings = contraction_tilings(a, AVX2, random.Random(0), limit=40)
     packed = [t for t in tilings if t.pack == "K"]
     assert packed and all(t.pack in (None, "K") for t in tilings)

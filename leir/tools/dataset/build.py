@@ -690,8 +690,11 @@ def _plan_candidates(start: _State, variant: Variant, cfg: BuildConfig, limit: i
     """(plan, end analysis, end text) of up to ``limit`` plans of
     ``leir.tools.plans`` that apply to the start program and reach distinct
     programs, in the order ``plans_for`` lists them (most promising first)."""
+    import itertools
+
+    from leir.printer import print_program
     from leir.semantics import analyze
-    from leir.tools.plans import PlanFailed, plans_for, realize
+    from leir.tools.plans import distinct, plans_for
 
     key = f"{variant.workload}/{variant.name}"
     try:
@@ -699,23 +702,11 @@ def _plan_candidates(start: _State, variant: Variant, cfg: BuildConfig, limit: i
     except LeirError as e:
         log(f"{key}: no plans ({e})")
         return []
-    out, seen = [], {start.text}
-    for spec in specs:
-        if len(out) == limit:
-            break
-        try:
-            plan = realize(spec, start.analysis)
-        except (PlanFailed, LeirError):
-            continue  # a step the plan needs was refused: it does not fit this program
-        except Exception as e:  # a bug in a plan must not end the build
-            log(f"{key}: plan {spec.to_json()} raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-            continue
-        end = analyze(plan.program)
-        text = _text(end)
-        if text not in seen:
-            seen.add(text)
-            out.append((plan, end, text))
-    return out
+    def bug(spec, e):  # a bug in a plan must not end the build
+        log(f"{key}: plan {spec.to_json()} raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+
+    found = distinct(specs, start.analysis, print_program, {start.text}, on_error=bug)
+    return [(plan, analyze(plan.program), text) for plan, text in itertools.islice(found, limit)]
 
 
 def _chain(start: _State, teacher: _Teacher, stem: str) -> list:

@@ -87,24 +87,12 @@ def _plan_states(start: State, plan, end: State) -> list[State]:
 def _realized(start: State, specs, steps: int, seen: set[str], limit: int) -> list:
     """(plan, its end state) of up to ``limit`` of ``specs`` that apply, fit
     in ``steps`` and reach a program not in ``seen`` (which they join)."""
-    from leir.tools.plans import PlanFailed, realize
+    import itertools
 
-    out = []
-    for spec in specs:
-        if len(out) == limit:
-            break
-        try:
-            plan = realize(spec, start.analysis)
-        except (PlanFailed, LeirError):
-            continue
-        if len(plan.steps) > steps:
-            continue
-        key = program_key(plan.program)
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append((plan, State(analyze(plan.program), key, parent=start)))
-    return out
+    from leir.tools.plans import distinct
+
+    found = distinct(specs, start.analysis, program_key, seen, max_steps=steps)
+    return [(plan, State(analyze(plan.program), key, parent=start)) for plan, key in itertools.islice(found, limit)]
 
 
 def _candidates(start: State, steps: int, target: str, seed: int, progress, seen: set[str]) -> list:

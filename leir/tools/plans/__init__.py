@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable, Iterable, Iterator, Protocol
 
 from leir import ast as A
 from leir.explain.machine import Machine
@@ -33,7 +33,7 @@ from leir.semantics import Analysis
 from leir.tools.plans.builder import Builder, PlanFailed
 from leir.transforms import Step
 
-__all__ = ["Plan", "PlanFailed", "PlanSpec", "neighbours", "plans_for", "realize"]
+__all__ = ["Plan", "PlanFailed", "PlanSpec", "distinct", "neighbours", "plans_for", "realize"]
 
 
 class PlanSpec(Protocol):
@@ -107,3 +107,32 @@ def realize(spec: PlanSpec, analysis: Analysis) -> Plan:
     if not b.steps:
         raise PlanFailed(None, "the plan has no step that applies here")
     return Plan(spec, list(b.steps), list(b.programs), list(b.skipped))
+
+
+def distinct(specs: Iterable[PlanSpec], analysis: Analysis, key: Callable[[A.Program], str], seen: set[str],
+             max_steps: int | None = None,
+             on_error: Callable[[PlanSpec, Exception], None] | None = None) -> Iterator[tuple[Plan, str]]:
+    """(plan, ``key`` of its program) for each of ``specs`` that applies to
+    ``analysis``, has at most ``max_steps`` steps and reaches a program whose
+    key is not in ``seen`` (it joins ``seen``). A plan a step of which is
+    refused is passed over; with ``on_error``, so is one that raises anything
+    else (a bug in a plan), after ``on_error(spec, error)``."""
+    from leir.errors import LeirError
+
+    for spec in specs:
+        try:
+            plan = realize(spec, analysis)
+        except (PlanFailed, LeirError):
+            continue  # a step the plan needs was refused: it does not fit this program
+        except Exception as e:
+            if on_error is None:
+                raise
+            on_error(spec, e)
+            continue
+        if max_steps is not None and len(plan.steps) > max_steps:
+            continue
+        k = key(plan.program)
+        if k in seen:
+            continue
+        seen.add(k)
+        yield plan, k
