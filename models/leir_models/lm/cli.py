@@ -1,0 +1,88 @@
+"""``leir model train|evaluate|tokens``: the model's commands.
+
+``leir.tools.cli`` does not import this package: its ``model`` subcommand
+finds ``main`` through the entry-point group ``leir.models`` (name ``lm``)
+and hands it the arguments after ``leir model``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from leir_models.lm.train import DEFAULT_DATA, DEFAULT_OUT
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="leir model", description="the local language model (docs/model.md)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    t = sub.add_parser("train", help="train the model from scratch on a dataset export (reproducible with --seed)")
+    t.add_argument("--steps", type=int, help="optimizer steps (default: config.TRAIN's)")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
+                   help=f"where the model goes (default {DEFAULT_OUT}; the shipped one: models/leir_models/lm/data)")
+    t.add_argument("--data", default=DEFAULT_DATA, metavar="DIR", help=f"a dataset directory (default {DEFAULT_DATA})")
+    t.add_argument("--tiny", action="store_true", help="a tiny model (config.TINY_MODEL), for trying the commands")
+    t.add_argument("--batch", type=int, metavar="B", help="states per step")
+    t.add_argument("--eval-every", type=int, metavar="K", help="validation every K steps")
+    t.add_argument("--threads", type=int, help="torch threads (default: the machine's cores)")
+
+    e = sub.add_parser("evaluate", help="top-1/top-3 agreement with the measured-best step, model against heuristic")
+    e.add_argument("--model", metavar="DIR", help="a trained model directory (default: the shipped one)")
+    e.add_argument("--data", default=DEFAULT_DATA, metavar="DIR")
+    e.add_argument("--split", default="heldout", choices=["train", "validation", "test", "heldout", "all"])
+    e.add_argument("--json", action="store_true")
+
+    k = sub.add_parser("tokens", help="tokens per sample: the model's BPE against SmolLM2's")
+    k.add_argument("--data", default=DEFAULT_DATA, metavar="DIR")
+    k.add_argument("--vocab", type=int, default=4096)
+    k.add_argument("--json", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from leir_models.lm.data import DataError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except (DataError, FileNotFoundError, ValueError) as e:
+        print(f"leir model {args.cmd}: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args) -> int:
+    if args.cmd == "train":
+        from leir_models.lm.config import TINY_MODEL, TRAIN
+        from leir_models.lm.train import train
+
+        changes = {"seed": args.seed}
+        for name, value in (("steps", args.steps), ("batch_states", args.batch), ("eval_every", args.eval_every),
+                            ("threads", args.threads)):
+            if value is not None:
+                changes[name] = value
+        if args.tiny:
+            changes["model"] = TINY_MODEL
+        train(TRAIN.with_(**changes), args.data, args.out)
+        return 0
+    if args.cmd == "evaluate":
+        from leir_models.lm.data import load_states
+        from leir_models.lm.evaluate import HeuristicAll, evaluate, report
+        from leir_models.lm.ranker import ModelRanker, default_dir
+
+        states, _ = load_states(args.data)
+        if args.split != "all":
+            states = [s for s in states if s.split == args.split]
+        figures = evaluate({"model": ModelRanker.load(args.model or default_dir()), "heuristic": HeuristicAll()},
+                           states)
+        print(json.dumps(figures, indent=1) if args.json else report(figures))
+        return 0
+    from leir_models.lm.tokenizer import main as tokens_main
+
+    return tokens_main(["compare", "--data", args.data, "--vocab", str(args.vocab)] + (["--json"] if args.json else []))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""``ModelRanker``: the legal candidate steps of a program, scored by their
+log-likelihood under the model given the prompt (``data.prompt_text``).
+
+Constrained by construction: the model never generates a step. The
+candidates are the ones the caller passes (``leir.tools.ranking.rank`` lists
+them with ``leir.transforms.candidates``), and each is scored as the text
+``data.candidate_text`` (the step's JSON and the ``<|reason|>`` that ends
+it), so every proposal is legal and a step never scores as the prefix of a
+longer one. One forward pass reads the prompt; a second reads every
+candidate at once, as a prefix tree after the prompt's key/value cache
+(``logprobs``; ``logprobs_full`` reads every sequence whole, and the tests
+check that both agree).
+
+Loading reads ``config.json`` (a ``LlamaConfig``), ``model.safetensors``
+(``safetensors.torch.load_model``) and ``tokenizer.json``; no pickle is
+involved (``torch.load`` is never called). ``load_default`` is the
+``model`` entry point of ``leir.rankers``: the shipped model in
+``leir_models/lm/data/`` (or ``$LEIR_MODEL_DIR``); it raises when there is
+none, and ``leir.tools.ranking.load_ranker`` then falls back to the
+heuristic with the reason logged.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+from leir_models.lm import tokenizer as tk
+from leir_models.lm.data import candidate_text, prompt_text, state_of_analysis
+
+#: The shipped model's directory.
+DATA_DIR = Path(__file__).resolve().parent / "data"
+#: Tree nodes (candidate tokens, shared prefixes once) per forward pass after the prompt's.
+CHUNK_NODES = 2048
+
+
+def load_model(path: str | Path):
+    """(model, tokenizer) from a directory ``train`` wrote; raises FileNotFoundError naming a missing file."""
+    path = Path(path)
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        if not (path / name).is_file():
+            raise FileNotFoundError(f"{path / name} is missing (train one with `leir model train --out {path}`)")
+    from safetensors.torch import load_model as load_weights
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    config = LlamaConfig.from_json_file(str(path / "config.json"))
+    model = LlamaForCausalLM(config)
+    load_weights(model, str(path / "model.safetensors"), strict=True)
+    model.eval()
+    return model, tk.load(path / "tokenizer.json")
+
+
+def logprobs_full(model, prompt_ids: list[int], conts: Sequence[list[int]]) -> list[float]:
+    """Sum of log p(continuation | prompt) for each continuation, each
+    sequence read whole (the reference for ``logprobs``)."""
+    import torch
+
+    out = []
+    with torch.no_grad():
+        for c in conts:
+            ids = torch.tensor([prompt_ids + list(c)])
+            logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
+            targets = ids[0, 1:]
+            lp = logp.gather(-1, targets[:, None])[:, 0]
+            out.append(float(lp[len(prompt_ids) - 1:].sum()))
+    return out
+
+
+def logprobs(model, prompt_ids: list[int], conts: Sequence[list[int]], chunk: int = CHUNK_NODES) -> list[float]:
+    """Sum of log p(continuation | prompt) for each continuation, in two
+    forward passes or a few: the prompt once, then the continuations as a
+    prefix tree flattened into one sequence, each token attending to the
+    prompt and to its own ancestors only (a 4D attention mask; its position
+    is the prompt's length plus its depth). Candidates share long prefixes
+    (``{"id":"split","args":{"block":"``...): the 208 candidates of
+    examples/gqa_attention.leir are 4,818 tokens, their tree 1,703 nodes.
+    A tree larger than ``chunk`` nodes is cut into subtrees of whole
+    candidates, each read after the prompt's cache."""
+    import copy
+
+    import torch
+
+    if not conts:
+        return []
+    conts = [list(c) for c in conts]
+    with torch.no_grad():
+        first = model(input_ids=torch.tensor([prompt_ids]), use_cache=True)
+        past, last = first.cache, torch.log_softmax(first.logits[0, -1].float(), -1)
+        out: list[float] = [0.0] * len(conts)
+        groups, size, nodes_seen = [[]], 0, set()
+        for i in sorted(range(len(conts)), key=lambda i: conts[i]):  # neighbours share prefixes
+            new = sum(tuple(conts[i][:d + 1]) not in nodes_seen for d in range(len(conts[i])))
+            if groups[-1] and size + new > chunk:
+                groups.append([])
+                size, nodes_seen = 0, set()
+                new = len(conts[i])
+            nodes_seen.update(tuple(conts[i][:d + 1]) for d in range(len(conts[i])))
+            groups[-1].append(i)
+            size += new
+        for group in groups:
+            cache = copy.deepcopy(past) if len(groups) > 1 else past
+            for i, lp in zip(group, _tree_logprobs(model, len(prompt_ids), cache, last, [conts[i] for i in group])):
+                out[i] = lp
+    return out
+
+
+def _tree_logprobs(model, prompt_len: int, cache, last, conts: list[list[int]]) -> list[float]:
+    import torch
+
+    index: dict[tuple, int] = {}
+    tokens, parents, depths, paths = [], [], [], []
+    for c in conts:
+        path = []
+        for d in range(len(c)):
+            key = tuple(c[:d + 1])
+            if key not in index:
+                index[key] = len(tokens)
+                tokens.append(c[d])
+                parents.append(path[-1] if path else -1)
+                depths.append(d)
+            path.append(index[key])
+        paths.append(path)
+    n = len(tokens)
+    allowed = torch.zeros((n, prompt_len + n), dtype=torch.bool)
+    allowed[:, :prompt_len] = True
+    for i in range(n):  # parents come before their children
+        allowed[i, prompt_len + i] = True
+        if parents[i] >= 0:
+            allowed[i, prompt_len:] |= allowed[parents[i], prompt_len:]
+    dtype = next(model.parameters()).dtype
+    mask = torch.zeros((1, 1, n, prompt_len + n), dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+    positions = torch.tensor([[prompt_len + d for d in depths]])
+    logits = model(input_ids=torch.tensor([tokens]), attention_mask=mask, position_ids=positions, cache=cache,
+                   use_cache=True).logits[0]
+    logp = torch.log_softmax(logits.float(), -1)
+    out = []
+    for c, path in zip(conts, paths):
+        total = float(last[c[0]])
+        for d in range(1, len(c)):
+            total += float(logp[path[d - 1], c[d]])
+        out.append(total)
+    return out
+
+
+class ModelRanker:
+    """A ``leir.tools.ranking.Ranker``. A step's score is its share of the
+    candidates' probability, times 100 (the order of the log-likelihoods;
+    positive, and on the heuristic's 0-100 scale, so that ``leir.tools.suggest``
+    still puts the steps no ranker scores, at 0, last)."""
+
+    def __init__(self, model, tokenizer, name: str = "model", machine: dict[str, Any] | None = None):
+        self.model, self.tokenizer, self.name = model, tokenizer, name
+        self.machine = machine
+
+    @classmethod
+    def load(cls, path: str | Path, name: str = "model") -> "ModelRanker":
+        model, tok = load_model(path)
+        return cls(model, tok, name)
+
+    def prompt_ids(self, analysis, target: str) -> list[int]:
+        fields = state_of_analysis(analysis, target, self.machine)
+        ids = tk.encode_prompt(self.tokenizer, prompt_text(**fields))
+        limit = self.model.config.max_position_embeddings - 96  # room for the longest step
+        return ids if len(ids) <= limit else ids[:1] + ids[len(ids) - limit + 1:]
+
+    def logprobs_of(self, analysis, steps: Sequence, target: str) -> list[float]:
+        prompt = self.prompt_ids(analysis, target)
+        conts = [tk.encode(self.tokenizer, candidate_text(s.to_json() if hasattr(s, "to_json") else s))
+                 for s in steps]
+        return logprobs(self.model, prompt, conts)
+
+    def score(self, ctx, steps: Sequence, target: str) -> list[tuple[float, tuple[str, ...]]]:
+        from leir.cancel import checkpoint
+
+        checkpoint()
+        if not steps:
+            return []
+        lps = self.logprobs_of(ctx.analysis, steps, target)
+        top = max(lps)
+        norm = top + math.log(sum(math.exp(lp - top) for lp in lps))
+        shares = [math.exp(lp - norm) for lp in lps]
+        return [(100 * p, (f"the model gives it {p:.0%} of the candidates' probability (log-likelihood {lp:.1f})",))
+                for p, lp in zip(shares, lps)]
+
+
+def default_dir() -> Path:
+    return Path(os.environ["LEIR_MODEL_DIR"]) if os.environ.get("LEIR_MODEL_DIR") else DATA_DIR
+
+
+def load_default() -> ModelRanker:
+    """The shipped model (``$LEIR_MODEL_DIR`` overrides); raises when it is missing."""
+    return ModelRanker.load(default_dir())

@@ -1,0 +1,368 @@
+"""Train the model from scratch: ``leir model train [--steps N] [--seed S] [--out DIR] [--data DIR]``.
+
+Reads top to bottom, as nanoGPT's train.py does:
+
+1. seed everything (``TrainConfig.seed``) and read the states (``data.py``);
+2. train the tokenizer on the training split's text (``tokenizer.py``);
+3. build the Llama of ``config.py`` (random initialisation);
+4. AdamW with a linear warm-up and a cosine decay;
+5. each step: a batch of states, each one sequence: the prompt, then every
+   measured candidate as a branch after it (``state_sequence``); the loss is
+   the language-model loss (the prompt, and the positive's step and
+   reasoning: ``data.State.positive``) plus the ranking loss
+   (``softplus(-(logp(faster) - logp(slower)))`` over each state's pairs,
+   ``data.State.pairs``: slower steps are negatives, never targets);
+6. every ``eval_every`` steps, the same losses on the validation split, and
+   the pairwise accuracy there; the weights of the best validation loss are
+   the ones kept;
+7. write ``OUT/model.safetensors`` (``safetensors.torch.save_model``: tied
+   embeddings stored once), ``OUT/config.json`` (the ``LlamaConfig``),
+   ``OUT/tokenizer.json``, ``OUT/training.json`` (settings, figures, the
+   curve), ``OUT/README.md`` (the model card) and ``OUT/val_loss.png``. No pickle anywhere (``torch.save`` is
+   not used; ``ranker.load_model`` reads these files back).
+
+Same seed, same data, same torch thread count: the same weights, bit for
+bit (tests/test_lm_train.py trains twice for 3 steps).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from pathlib import Path
+from typing import Callable
+
+from leir_models.lm import tokenizer as tk
+from leir_models.lm.config import TRAIN, TrainConfig, llama_config, parameter_count
+from leir_models.lm.data import State, candidate_text, load_states, target_text, tokenizer_corpus
+
+DEFAULT_DATA = "tests/data/dataset"
+DEFAULT_OUT = "build/lm"
+
+#: Files a trained model directory holds (and ``val_loss.png``, with matplotlib).
+FILES = ("model.safetensors", "config.json", "tokenizer.json", "training.json", "README.md")
+
+
+# ------------------------------------------------------------ sequences and losses
+
+
+def state_sequence(st: State, tok, cfg: TrainConfig) -> dict:
+    """A state as one sequence: the prompt, then each candidate as a branch
+    (its step, and for the positive its reasoning), every branch attending to
+    the prompt and to itself only, at positions that continue the prompt's
+    (as ``ranker.logprobs`` reads candidates). The prompt is read once per
+    state, not once per candidate. Returns the ids, positions, which earlier
+    tokens each token may attend to (``parent``: the previous token of its
+    branch, -1 for a branch's first), and the targets: ``(predicting
+    position, token, is an LM target, candidate or -1)``."""
+    prompt = tk.encode_prompt(tok, st.prompt())
+    positive = st.positive(cfg.min_speedup)
+    conts, steps = [], []
+    for c in st.candidates:
+        step_ids = tk.encode(tok, candidate_text(c.step))
+        cont = tk.encode(tok, target_text(c, cfg.reasoning)) if c is positive else step_ids
+        assert cont[:len(step_ids)] == step_ids, "the special <|reason|> token ends the step in both"
+        conts.append(cont)
+        steps.append(len(step_ids))
+    room = cfg.max_tokens - max(len(c) for c in conts)
+    if len(prompt) > room:
+        prompt = prompt[:1] + prompt[len(prompt) - room + 1:]  # cut from the left, keep <|bos|>
+    n = len(prompt)
+    ids, positions, branch = list(prompt), list(range(n)), [-1] * n
+    targets = [(t - 1, prompt[t], True, -1) for t in range(1, n)]  # the prompt: an LM target once per state
+    for k, (c, cont) in enumerate(zip(st.candidates, conts)):
+        start = len(ids)
+        for d, token in enumerate(cont):
+            targets.append((n - 1 if d == 0 else start + d - 1, token, c is positive, k if d < steps[k] else -1))
+            ids.append(token)
+            positions.append(n + d)
+            branch.append(k)
+    return {"ids": ids, "positions": positions, "branch": branch, "prompt": n, "targets": targets}
+
+
+def collate(seqs: list[dict], dtype):
+    """Padded ids, positions and the (batch, 1, L, L) additive attention mask."""
+    import torch
+
+    b, width = len(seqs), max(len(s["ids"]) for s in seqs)
+    ids = torch.full((b, width), tk.PAD_ID, dtype=torch.long)
+    positions = torch.zeros((b, width), dtype=torch.long)
+    allowed = torch.zeros((b, width, width), dtype=torch.bool)
+    causal = torch.ones((width, width), dtype=torch.bool).tril()
+    for i, s in enumerate(seqs):
+        k, n = len(s["ids"]), s["prompt"]
+        ids[i, :k] = torch.tensor(s["ids"])
+        positions[i, :k] = torch.tensor(s["positions"])
+        branch = torch.tensor(s["branch"])
+        same = (branch[:, None] == branch[None, :]) | (branch[None, :] == -1)  # own branch, or the prompt
+        allowed[i, :k, :k] = same & causal[:k, :k]
+        allowed[i, n:k, :n] = True
+        allowed[i, k:, :] = causal[k:, :]  # padding: causal, never attended to by a real token
+    mask = torch.zeros((b, 1, width, width), dtype=dtype).masked_fill(~allowed[:, None], torch.finfo(dtype).min)
+    return ids, positions, mask
+
+
+def losses(model, batch: list[State], tok, cfg: TrainConfig):
+    """(LM loss, ranking loss, pairs right, pairs, tokens) of ``batch``."""
+    import torch
+    import torch.nn.functional as F
+
+    seqs = [state_sequence(st, tok, cfg) for st in batch]
+    ids, positions, mask = collate(seqs, next(model.parameters()).dtype)
+    logp = torch.log_softmax(model(input_ids=ids, attention_mask=mask, position_ids=positions).logits.float(), -1)
+    rows, cols, tokens, is_lm, cand = [], [], [], [], []
+    pairs = []
+    base = 0
+    for b, (st, s) in enumerate(zip(batch, seqs)):
+        for pos, token, lm_target, k in s["targets"]:
+            rows.append(b)
+            cols.append(pos)
+            tokens.append(token)
+            is_lm.append(lm_target)
+            cand.append(base + k if k >= 0 else -1)
+        pairs.extend((base + i, base + j) for i, j in st.pairs(cfg.pair_margin))
+        base += len(st.candidates)
+    picked = logp[torch.tensor(rows), torch.tensor(cols), torch.tensor(tokens)]
+    is_lm_t = torch.tensor(is_lm)
+    lm = -picked[is_lm_t].mean()
+    cand_t = torch.tensor(cand)
+    step_lp = torch.zeros(base, dtype=picked.dtype).index_add(0, cand_t.clamp(min=0), picked * (cand_t >= 0))
+    if pairs:
+        better = torch.tensor([i for i, _ in pairs])
+        worse = torch.tensor([j for _, j in pairs])
+        margin = step_lp[better] - step_lp[worse]
+        rank = F.softplus(-margin).mean()
+        right = int((margin > 0).sum())
+    else:
+        rank, right = lm.new_zeros(()), 0
+    return lm, rank, right, len(pairs), sum(len(s["ids"]) for s in seqs)
+
+
+def step_logprobs(model, st: State, tok, cfg: TrainConfig) -> list[float]:
+    """Each candidate's step log-likelihood as training computes it (tests
+    compare it with ``ranker.logprobs_full``)."""
+    import torch
+
+    s = state_sequence(st, tok, cfg)
+    ids, positions, mask = collate([s], next(model.parameters()).dtype)
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=ids, attention_mask=mask, position_ids=positions).logits.float(), -1)
+    out = [0.0] * len(st.candidates)
+    for pos, token, _, k in s["targets"]:
+        if k >= 0:
+            out[k] += float(logp[0, pos, token])
+    return out
+
+
+def learning_rate(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up, then cosine decay to ``min_lr_ratio`` of the peak."""
+    warmup = max(1, round(cfg.steps * cfg.warmup_fraction))
+    if step < warmup:
+        return cfg.learning_rate * (step + 1) / warmup
+    progress = (step - warmup) / max(1, cfg.steps - warmup)
+    floor = cfg.learning_rate * cfg.min_lr_ratio
+    return floor + 0.5 * (cfg.learning_rate - floor) * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def evaluate_loss(model, states: list[State], tok, cfg: TrainConfig) -> dict:
+    import torch
+
+    model.eval()
+    lm_sum = rank_sum = 0.0
+    right = pairs = 0
+    with torch.no_grad():
+        for k in range(0, len(states), cfg.batch_states):
+            lm, rank, r, p, _ = losses(model, states[k:k + cfg.batch_states], tok, cfg)
+            lm_sum += float(lm)
+            rank_sum += float(rank) * p
+            right += r
+            pairs += p
+    model.train()
+    batches = max(1, math.ceil(len(states) / cfg.batch_states))
+    lm_mean = lm_sum / batches
+    rank_mean = rank_sum / pairs if pairs else 0.0
+    return {"lm": lm_mean, "rank": rank_mean, "loss": lm_mean + cfg.rank_weight * rank_mean,
+            "pair_accuracy": right / pairs if pairs else None, "pairs": pairs}
+
+
+# ------------------------------------------------------------ the run
+
+
+def train(cfg: TrainConfig = TRAIN, data: str | Path = DEFAULT_DATA, out: str | Path = DEFAULT_OUT,
+          log: Callable[[str], None] = print) -> dict:
+    """Train (module docstring) and return the figures ``training.json`` holds.
+    torch's thread count and deterministic mode are restored afterwards."""
+    import torch
+
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    try:
+        return _train(cfg, data, out, log)
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic)
+
+
+def _train(cfg: TrainConfig, data: str | Path, out: str | Path, log: Callable[[str], None]) -> dict:
+    import torch
+    from transformers import LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    t0 = time.perf_counter()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    # 1. seeds and data
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    torch.use_deterministic_algorithms(True)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    states, source = load_states(data)
+    train_states = [s for s in states if s.split == "train"]
+    val_states = [s for s in states if s.split == "validation"] or train_states[:cfg.batch_states]
+    if not train_states:
+        raise ValueError(f"{data}: no state in the train split")
+    log(f"data: {source} of {data}: {len(states)} states; train {len(train_states)}, "
+        f"validation {len(val_states)}; positives in train: "
+        f"{sum(s.positive(cfg.min_speedup) is not None for s in train_states)}")
+
+    # 2. the tokenizer, on the training split only
+    tok = tk.train_tokenizer(tokenizer_corpus(train_states), cfg.vocab_size)
+    tk.save(tok, out / "tokenizer.json")
+
+    # 3. the model
+    config = llama_config(cfg.model, vocab_size=tok.get_vocab_size())
+    model = LlamaForCausalLM(config)
+    model.train()
+    params = sum(p.numel() for p in model.parameters())
+    assert params == parameter_count(config.to_dict()), (params, parameter_count(config.to_dict()))
+    log(f"model: Llama {config.hidden_size} wide, {config.num_hidden_layers} layers, vocabulary "
+        f"{config.vocab_size}: {params / 1e6:.2f}M parameters; {cfg.steps} steps of {cfg.batch_states} states")
+
+    # 4. AdamW (decay on matrices only) and the schedule
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2))
+
+    # 5-6. the loop
+    rng = random.Random(cfg.seed)
+    order: list[State] = []
+    curve, tokens_seen = [], 0
+    best = {"loss": math.inf, "step": -1, "weights": None}
+    for step in range(cfg.steps):
+        if len(order) < cfg.batch_states:
+            epoch = train_states[:]
+            rng.shuffle(epoch)
+            order.extend(epoch)
+        batch, order = order[:cfg.batch_states], order[cfg.batch_states:]
+        for group in opt.param_groups:
+            group["lr"] = learning_rate(step, cfg)
+        lm, rank, _, _, ntok = losses(model, batch, tok, cfg)
+        loss = lm + cfg.rank_weight * rank
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        tokens_seen += ntok
+        if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+            v = evaluate_loss(model, val_states, tok, cfg)
+            point = {"step": step + 1, "train_lm": float(lm.detach()), "train_rank": float(rank.detach()),
+                     "val_lm": v["lm"], "val_rank": v["rank"], "val_loss": v["loss"],
+                     "val_pair_accuracy": v["pair_accuracy"], "tokens": tokens_seen,
+                     "seconds": round(time.perf_counter() - t0, 1)}
+            curve.append(point)
+            acc = "-" if v["pair_accuracy"] is None else f"{v['pair_accuracy']:.2f}"
+            log(f"step {step + 1}: train lm {point['train_lm']:.3f} rank {point['train_rank']:.3f}; "
+                f"validation lm {v['lm']:.3f} rank {v['rank']:.3f} pairs right {acc}; {tokens_seen} tokens, "
+                f"{point['seconds']:.0f} s")
+            if v["loss"] < best["loss"]:
+                best = {"loss": v["loss"], "step": step + 1,
+                        "weights": {k: t.detach().clone() for k, t in model.state_dict().items()}}
+    if best["weights"] is not None:
+        model.load_state_dict(best["weights"])
+
+    # 7. the files
+    from safetensors.torch import save_model
+
+    model.eval()
+    save_model(model, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config.to_json_file(str(out / "config.json"))
+    seconds = time.perf_counter() - t0
+    summary = {
+        "format": "leir-lm/1",
+        "data": {"dir": str(data), "source": source, "train_states": len(train_states),
+                 "validation_states": len(val_states)},
+        "parameters": params, "vocab_size": config.vocab_size, "settings": cfg.to_json(),
+        "tokens_seen": tokens_seen, "seconds": round(seconds, 1), "torch_threads": torch.get_num_threads(),
+        "best_step": best["step"], "best_val_loss": best["loss"], "curve": curve,
+    }
+    (out / "training.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    (out / "README.md").write_text(model_card(summary, config.to_dict()), encoding="utf-8")
+    if len(curve) >= 1:
+        plot_curve(curve, out / "val_loss.png")
+    log(f"saved {out}: best validation loss {best['loss']:.3f} at step {best['step']}; "
+        f"{tokens_seen} tokens in {seconds:.0f} s")
+    return summary
+
+
+def model_card(summary: dict, llama: dict) -> str:
+    """``OUT/README.md``: what the model is, what it was trained on, how, and its figures."""
+    cfg = summary["settings"]
+    last = summary["curve"][-1] if summary["curve"] else {}
+    best = next((p for p in summary["curve"] if p["step"] == summary["best_step"]), {})
+    acc = best.get("val_pair_accuracy")
+    return f"""# leir-lm: the local model that ranks schedule steps
+
+A Llama (transformers `LlamaForCausalLM`) trained from scratch with
+`leir model train --steps {cfg['steps']} --seed {cfg['seed']}` (models/leir_models/lm/; docs/model.md).
+It scores every legal candidate step of a LEIR program by its
+log-likelihood after a prompt of the program, its tensors, the target and
+the machine; it never generates a step.
+
+- Architecture: {llama['hidden_size']} wide, {llama['num_hidden_layers']} layers, {llama['num_attention_heads']} heads,
+  MLP {llama['intermediate_size']}, vocabulary {llama['vocab_size']} (byte-level BPE, `tokenizer.json`),
+  context {llama['max_position_embeddings']}, tied embeddings: {summary['parameters']:,} parameters.
+- Data: {summary['data']['source']} of `{summary['data']['dir']}`: {summary['data']['train_states']} training
+  states, {summary['data']['validation_states']} validation states (splits by workload family; held-out
+  families never seen).
+- Objective: language-model loss on the prompt and on the positive step and its reasoning, plus a pairwise
+  ranking loss (weight {cfg['rank_weight']}) making a faster measured step more likely than a slower one
+  (pairs {cfg['pair_margin']}x apart or more).
+- Training: {cfg['steps']} AdamW steps of {cfg['batch_states']} states, peak learning rate {cfg['learning_rate']},
+  cosine to {cfg['min_lr_ratio']}x; {summary['tokens_seen']:,} tokens in {summary['seconds']:.0f} s on
+  {summary['torch_threads']} torch threads.
+- Kept: the step of the best validation loss, {summary['best_step']} ({summary['best_val_loss']:.3f}; LM
+  {best.get('val_lm', float('nan')):.3f}, ranking {best.get('val_rank', float('nan')):.3f}, validation pairs
+  ordered right {'-' if acc is None else f'{acc:.2f}'}); at the last step the validation loss was
+  {last.get('val_loss', float('nan')):.3f}. Curve: `val_loss.png`.
+
+Files: `model.safetensors`, `config.json` (the `LlamaConfig`), `tokenizer.json`, `training.json`; no pickle.
+"""
+
+
+def plot_curve(curve: list[dict], path: Path) -> None:
+    """The validation (and training) losses against steps, as a PNG (matplotlib, if installed)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [p["step"] for p in curve]
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
+    ax.plot(steps, [p["val_lm"] for p in curve], label="validation LM loss")
+    ax.plot(steps, [p["val_rank"] for p in curve], label="validation ranking loss")
+    ax.plot(steps, [p["train_lm"] for p in curve], label="training LM loss (one batch)", alpha=0.5)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, metadata={"Software": None})
+    plt.close(fig)
