@@ -159,16 +159,14 @@ def test_a_second_build_into_the_same_directory_adds_nothing(tiny):
     assert list(read_samples(tmp / "out")) == samples
 
 
-@pytest.mark.parametrize("kill_after", [1, 5, 13])
-def test_a_killed_build_resumes_where_it_stopped(tiny, monkeypatch, kill_after):
-    tmp, _, samples = tiny
-    out = f"killed{kill_after}"
+def build_killed_after(cfg, kill_after: int, monkeypatch) -> None:
+    """``build(cfg)`` interrupted (KeyboardInterrupt) when its sample number
+    ``kill_after + 1`` is about to be written: those already written for
+    that state are not committed yet."""
     real = records.validate
     calls = {"n": 0}
 
     def validate_then_die(sample):
-        # The kill comes while a state's samples are being written: those
-        # already written for that state are not committed yet.
         calls["n"] += 1
         if calls["n"] > kill_after:
             raise KeyboardInterrupt
@@ -176,8 +174,15 @@ def test_a_killed_build_resumes_where_it_stopped(tiny, monkeypatch, kill_after):
 
     monkeypatch.setattr(records, "validate", validate_then_die)
     with pytest.raises(KeyboardInterrupt):
-        build(_config(tmp, out), progress=False)
+        build(cfg, progress=False)
     monkeypatch.setattr(records, "validate", real)
+
+
+@pytest.mark.parametrize("kill_after", [1, 5, 13])
+def test_a_killed_build_resumes_where_it_stopped(tiny, monkeypatch, kill_after):
+    tmp, _, samples = tiny
+    out = f"killed{kill_after}"
+    build_killed_after(_config(tmp, out), kill_after, monkeypatch)
     path = tmp / out / PROGRESS
     progress = json.loads(path.read_text()) if path.exists() else {"done": [], "bytes": 0}
     assert not progress["done"]  # killed before any trajectory finished

@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from test_dataset_build import build_killed_after
 from test_trace_import import MATMUL, schedule
 
 from leir.tools.dataset import records
@@ -256,19 +257,7 @@ def test_a_build_killed_in_a_teacher_trajectory_resumes_without_losing_or_repeat
         built, monkeypatch, kill_after):
     tmp, _, samples = built
     out = f"killed{kill_after}"
-    real = records.validate
-    calls = {"n": 0}
-
-    def validate_then_die(sample):
-        calls["n"] += 1
-        if calls["n"] > kill_after:
-            raise KeyboardInterrupt
-        real(sample)
-
-    monkeypatch.setattr(records, "validate", validate_then_die)
-    with pytest.raises(KeyboardInterrupt):
-        build(_config(tmp, out), progress=False)
-    monkeypatch.setattr(records, "validate", real)
+    build_killed_after(_config(tmp, out), kill_after, monkeypatch)
     committed = json.loads((tmp / out / PROGRESS).read_text())
     assert "mm.leir/orig/plan0" not in committed["done"] or kill_after == 24
     assert "plans" in json.loads((tmp / out / TEACHERS).read_text())["mm.leir/orig"]
