@@ -80,9 +80,20 @@ def cycles(*packages: str) -> list[list[str]]:
 
 
 def test_the_layer_contracts_hold(capsys):
+    import logging
+
     from importlinter.cli import lint_imports
 
-    status = lint_imports(config_filename=str(REPO / "pyproject.toml"), no_cache=True, no_logo=True)
+    # lint_imports configures logging with disable_existing_loggers: every
+    # logger already created (leir's among them) would stay disabled for
+    # the tests after this one.
+    loggers = [lg for lg in logging.root.manager.loggerDict.values() if isinstance(lg, logging.Logger)]
+    enabled = [lg for lg in loggers if not lg.disabled]
+    try:
+        status = lint_imports(config_filename=str(REPO / "pyproject.toml"), no_cache=True, no_logo=True)
+    finally:
+        for lg in enabled:
+            lg.disabled = False
     report = capsys.readouterr().out
     assert status == 0, report
     assert report.count(" KEPT") == len(_contracts())
