@@ -400,3 +400,21 @@ def test_avx512s_32_registers_hold_bigger_register_tiles_than_avx2s_16():
 
     assert max(accumulators(AVX2, 8)) == 12
     assert max(accumulators(avx512, 16)) > 12 and max(accumulators(avx512, 16)) <= 28
+
+
+def test_the_prior_counts_row2s_outer_loop_and_the_row_tiles_of_the_row_loop_alone():
+    from leir.tools.plans.cpu import prior
+
+    a = analysis(BATCH1_CONV)
+    spec = ContractionTiling("O", "w", 8, "k", 4, "c", cache=False, row2="h", r2_in=2)
+    [par] = [s for s in realize(spec, a).steps if s.id == "parallelize"]
+    # realize makes row2's outer loop (8 / 2 = 4 iterations) the parallel one.
+    assert par.args["loop"].startswith("h"), par.args
+    extents = {"n": 1, "k": 16, "h": 8, "w": 32, "c": 8, "r": 3}
+    spatial = ("n", "k", "h", "w")
+    fused = ContractionTiling("O", "w", 8, "k", 4, "c", cache=False, row2="h", r2_in=2, fuse_outer=True)
+    # 4 parallel iterations for 2 cores is too few; fused with k's 16 / 4 = 4
+    # row tiles they are 16. (Counting h whole, 8, and k's tiles as
+    # 16 / (2 * 4) = 2 saw no difference.)
+    assert prior(fused, extents, AVX2, spatial=spatial) - prior(spec, extents, AVX2, spatial=spatial) \
+        == pytest.approx(1.0)

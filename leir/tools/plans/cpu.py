@@ -189,7 +189,6 @@ class ContractionTiling:
         # loops, instead of a test for the first iteration inside them.
         b.decompose_reduction(local)
 
-
     def _register_rows(self, spatial: list[str], r_in: str | None, r2_in: str | None) -> list[str | None]:
         """The register tile's row loops in the order of the loops they
         come from (fewer swaps: the order does not matter once unrolled)."""
@@ -362,9 +361,9 @@ def prior(t: ContractionTiling, extents: dict[str, int], machine: Machine, gathe
     lanes = max(1, machine.vector_bytes // 4)
     regs = _register_use(t, lanes)
     score = -abs(math.log2(max(regs, 1) / (machine.vector_registers / 2)))
-    rows = t.r2_in * t.r_in * (t.r_mid or 1)
+    rows = t.r_in * (t.r_mid or 1)  # of the row loop; the register tile also spans r2_in of row2
     cols = t.v_in * (t.v_mid or 1)
-    tile_bytes = rows * cols * 4
+    tile_bytes = t.r2_in * rows * cols * 4
     score -= 0.5 * abs(math.log2(tile_bytes / (machine.l1d / 2)))
     if t.k_in:
         score -= 0.25 * abs(math.log2(t.k_in / 16))
@@ -374,7 +373,8 @@ def prior(t: ContractionTiling, extents: dict[str, int], machine: Machine, gathe
     # tile loop longer than 1 (the other spatial loops come first), times
     # the next one when fused.
     row_tiles, vector_tiles = (extents[t.row] // rows if t.row else 1), extents[t.vector] // cols
-    tiles = [extents[v] for v in spatial if v not in (t.row, t.vector)]
+    tiles = [extents[v] for v in spatial if v not in (t.row, t.vector, t.row2)]
+    tiles += [extents[t.row2] // t.r2_in] if t.row2 else []  # row2's outer loop, last of the others
     tiles += [vector_tiles, row_tiles] if t.columns_outer else [row_tiles, vector_tiles]
     tiles = [n for n in tiles if n > 1] or [1]
     outer = tiles[0] * (tiles[1] if t.fuse_outer and len(tiles) > 1 else 1)
