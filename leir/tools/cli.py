@@ -70,9 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--at", metavar="LINE:COL", help="only steps that apply at this position (1-based)")
     p.add_argument("--kernel", help="which kernel of a Python file with several")
     p.add_argument("--top", type=int, default=10, metavar="N", help="the N best (default 10; 0: all)")
-    p.add_argument("--ranker", default="heuristic", metavar="NAME",
-                   help="heuristic (default), or model: the installed language model (docs/model.md), "
-                        "the heuristic when none loads")
+    _add_ranker_argument(p)
     p.add_argument("--target", choices=["llvm", "cuda"], default="llvm")
     p.add_argument("--json", action="store_true",
                    help="print a JSON list of {id, args, title, score, source, reasoning}")
@@ -114,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help='print {"start_ms", "steps", "final", ...} as JSON')
     p.add_argument("--write", metavar="OUT", help="write the final program to OUT")
     p.add_argument("--kernel", help="which kernel of a Python file with several")
+    _add_ranker_argument(p, "the order in which single steps are tried: ")
     p.set_defaults(handler=cmd_optimize)
 
     p = sub.add_parser("measure", help="build, check against the numpy reference and time; results are cached")
@@ -389,24 +388,37 @@ def cmd_actions(args) -> int:
     return EXIT_OK
 
 
-def cmd_suggest(args) -> int:
-    import json
+def _add_ranker_argument(p, what: str = "") -> None:
+    p.add_argument("--ranker", default="heuristic", metavar="NAME",
+                   help=what + "heuristic (default), or model: the installed language model (docs/model.md), "
+                        "the heuristic when none loads")
+
+
+def _load_ranker(name: str, command: str):
+    """``load_ranker(name)``, saying on standard error why a model did not
+    load (``load_ranker`` logs it and falls back to the heuristic)."""
     import logging
 
     from leir.tools.ranking import load_ranker
+
+    said = logging.StreamHandler(sys.stderr)
+    said.setFormatter(logging.Formatter(f"leir {command}: %(message)s"))
+    ranking_log = logging.getLogger("leir.tools.ranking")
+    ranking_log.addHandler(said)
+    try:
+        return load_ranker(name)
+    finally:
+        ranking_log.removeHandler(said)
+
+
+def cmd_suggest(args) -> int:
+    import json
+
     from leir.tools.suggest import suggest
 
     doc = _transformable(args.file, args.kernel)
     at = _position(doc, args.at) if args.at else None
-    # Why a model did not load (load_ranker logs it, and falls back to the heuristic), on standard error.
-    said = logging.StreamHandler(sys.stderr)
-    said.setFormatter(logging.Formatter("leir suggest: %(message)s"))
-    ranking_log = logging.getLogger("leir.tools.ranking")
-    ranking_log.addHandler(said)
-    try:
-        ranker = load_ranker(args.ranker)
-    finally:
-        ranking_log.removeHandler(said)
+    ranker = _load_ranker(args.ranker, "suggest")
     if isinstance(doc, _PythonFile):
         found = suggest(doc.text, "tvmscript", at, kernel=args.kernel, target=args.target, ranker=ranker)
     else:
@@ -615,9 +627,10 @@ def cmd_optimize(args) -> int:
     progress = (lambda line: print(f"leir optimize: {line}", file=sys.stderr)) if not args.json else None
     from leir.tools.jobs import record_plan
 
+    ranker = _load_ranker(args.ranker, "optimize")
     result = optimize(analysis, steps=args.steps, budget=args.budget, strategy=args.strategy, target=args.target,
                       seed=args.seed, beam_width=args.beam_width, iterations=args.iterations, progress=progress,
-                      on_plan=record_plan)
+                      on_plan=record_plan, ranker=ranker)
     if args.json:
         print(json.dumps(result.to_json(), indent=1))
     else:

@@ -66,7 +66,7 @@ from leir.tools.optimize.states import (
 )
 from leir.tools.optimize.planned import OnPlan, planned
 from leir.tools.optimize.strategies import SEARCHES as _SEARCHES, confirm_final
-from leir.tools.ranking import Ranker
+from leir.tools.ranking import HEURISTIC, Ranker
 
 __all__ = [
     "CONFIRM_COST", "MIN_BUDGET", "STRATEGIES", "Budget", "OnKept", "OnPlan", "OptimizeError", "Result", "State",
@@ -156,14 +156,15 @@ def optimize(analysis: Analysis, steps: int = 4, budget: int | None = None, stra
             measurer.close()
     return Result(start.ms, trajectory(best, target), best.program, strategy, target, meter.used, budget,
                   meter.cache_hits, reason, getattr(measurer, "name", type(measurer).__name__), meter.confirmations,
-                  meter.unconfirmed, final_check)
+                  meter.unconfirmed, final_check, (ranker or HEURISTIC).name)
 
 
 # ------------------------------------------------------------ printing
 
 
 def format_result(result: Result) -> str:
-    lines = [f"start: {result.start_ms:.4g} ms ({result.strategy}, target {result.target})"]
+    lines = [f"start: {result.start_ms:.4g} ms ({result.strategy}, target {result.target}, steps ranked by "
+             f"{result.ranker})"]
     for k, s in enumerate(result.steps, 1):
         where = f" [plan step {s.plan['step']}/{s.plan['of']}]" if s.plan is not None else ""
         timed = (f": {s.latency_before_ms:.4g} ms -> {s.latency_after_ms:.4g} ms ({s.speedup:.2f}x"

@@ -171,6 +171,8 @@ class Result:
     unconfirmed: int = 0
     #: Beam's and MCTS's paired comparison of the start with the final program.
     final_check: Paired | None = None
+    #: The ranker that ordered the single steps tried (``Ranker.name``).
+    ranker: str = "heuristic"
 
     @property
     def final_ms(self) -> float:
@@ -201,7 +203,7 @@ class Result:
                 "speedup": round(self.speedup, 3), "strategy": self.strategy,
                 "target": self.target, "measurements": self.measurements, "budget": self.budget,
                 "cache_hits": self.cache_hits, "confirmations": self.confirmations, "unconfirmed": self.unconfirmed,
-                "stop_reason": self.stop_reason, "measurer": self.measurer}
+                "stop_reason": self.stop_reason, "measurer": self.measurer, "ranker": self.ranker}
 
 
 def child_states(state: State, picks: list[Ranked]) -> list[tuple[State, Ranked]]:
