@@ -10,6 +10,7 @@ import pytest
 # The real leir-lsp over stdio (pytest-lsp): the ``leir_lsp`` and ``bare_lsp``
 # fixtures; helpers (LeirClient, marked, pos, rng) are imported from lsp_fixtures.
 from lsp_fixtures import bare_lsp, leir_lsp  # noqa: F401
+from lm_fixtures import lm_data, lm_model_dir  # noqa: F401
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import math
-from pathlib import Path
 
 import pytest
 
@@ -22,7 +21,7 @@ from leir.tools.suggest import suggest  # noqa: E402
 from leir_models.lm import tokenizer as tk  # noqa: E402
 from leir_models.lm.data import candidate_text, load_states  # noqa: E402
 from leir_models.lm.ranker import ModelRanker, logprobs, logprobs_full  # noqa: E402
-from lm_fixtures import DATASET, ROOT, small_dataset, train_tiny  # noqa: E402
+from lm_fixtures import DATASET, ROOT  # noqa: E402
 from programs import SOFTMAX  # noqa: E402
 
 UNSEEN = {"softmax 16x10 (tests/programs.py)": SOFTMAX,
@@ -30,23 +29,14 @@ UNSEEN = {"softmax 16x10 (tests/programs.py)": SOFTMAX,
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory) -> Path:
-    return small_dataset(tmp_path_factory.mktemp("lm-data"))
+def ranker(lm_model_dir) -> ModelRanker:
+    return ModelRanker.load(lm_model_dir)
 
 
-@pytest.fixture(scope="module")
-def model_dir(data, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("lm-model")
-    train_tiny(data, out, seed=0, steps=2)
+def test_the_unseen_programs_are_not_in_the_sample():
     seen = {s.before for s in load_states(DATASET)[0]}  # every split of the committed sample
     for text in UNSEEN.values():
         assert print_program(load_leir(text).analysis.program) not in seen
-    return out
-
-
-@pytest.fixture(scope="module")
-def ranker(model_dir) -> ModelRanker:
-    return ModelRanker.load(model_dir)
 
 
 @pytest.mark.parametrize("name", sorted(UNSEEN))
@@ -81,8 +71,8 @@ def test_suggest_ranks_with_the_model(ranker):
     assert found and all("probability" in s.facts[0] for s in found if s.score)
 
 
-def test_load_ranker_finds_the_installed_model(model_dir, monkeypatch):
-    monkeypatch.setenv("LEIR_MODEL_DIR", str(model_dir))
+def test_load_ranker_finds_the_installed_model(lm_model_dir, monkeypatch):
+    monkeypatch.setenv("LEIR_MODEL_DIR", str(lm_model_dir))
     found = load_ranker("model")
     assert isinstance(found, ModelRanker) and found.name == "model"
     assert load_ranker("heuristic") is HEURISTIC and load_ranker(None) is HEURISTIC
@@ -118,25 +108,25 @@ def test_a_model_that_cannot_load_gives_the_heuristic(monkeypatch, caplog):
     assert "ImportError" in caplog.text
 
 
-def test_the_evaluation_scores_both_rankers(data, model_dir):
+def test_the_evaluation_scores_both_rankers(lm_data, lm_model_dir):
     from leir_models.lm.evaluate import HeuristicAll, evaluate
 
-    states = [s for s in load_states(data)[0] if s.split == "heldout"]
-    figures = evaluate({"model": ModelRanker.load(model_dir), "heuristic": HeuristicAll()}, states)
+    states = [s for s in load_states(lm_data)[0] if s.split == "heldout"]
+    figures = evaluate({"model": ModelRanker.load(lm_model_dir), "heuristic": HeuristicAll()}, states)
     assert figures["states"] == len(states) == 3
     for r in figures["rankers"].values():
         assert 0 <= r["top1_legal"] <= r["top3_legal"] <= 1 and 0 <= r["top1_measured"] <= 1
         assert r["speedup_top1"] <= figures["speedup_best"] + 1e-9
 
 
-def test_leir_suggest_ranks_with_the_model_or_says_why_not(model_dir, tmp_path, monkeypatch, capsys):
+def test_leir_suggest_ranks_with_the_model_or_says_why_not(lm_model_dir, tmp_path, monkeypatch, capsys):
     import json
 
     from leir.tools.cli import main
 
     program = tmp_path / "softmax.leir"
     program.write_text(SOFTMAX)
-    monkeypatch.setenv("LEIR_MODEL_DIR", str(model_dir))
+    monkeypatch.setenv("LEIR_MODEL_DIR", str(lm_model_dir))
     assert main(["suggest", str(program), "--ranker", "model", "--top", "5", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert len(rows) == 5 and all(r["source"] == "model" and "probability" in r["reasoning"] for r in rows)

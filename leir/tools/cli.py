@@ -73,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ranker_argument(p)
     p.add_argument("--target", choices=["llvm", "cuda"], default="llvm")
     p.add_argument("--json", action="store_true",
-                   help="print a JSON list of {id, args, title, score, source, reasoning}")
+                   help="print a JSON list of {id, args, title, score, source, reasoning} (and generated_reasoning "
+                        "{text, status}: what a model wrote for its first 3, checked against the step's facts)")
     p.set_defaults(handler=cmd_suggest)
 
     p = sub.add_parser("apply", help="apply one step and print (or --write) the new program")
@@ -425,13 +426,18 @@ def cmd_suggest(args) -> int:
         found = suggest(doc.source.text, "leir", at, target=args.target, document=doc, ranker=ranker)
     found = found[:args.top] if args.top else found
     rows = [{"id": s.step.id, "args": s.step.args, "title": s.label, "score": round(s.score, 4),
-             "source": ranker.name if s.score else "catalogue", "reasoning": "; ".join(s.facts)} for s in found]
+             "source": ranker.name if s.score else "catalogue", "reasoning": "; ".join(s.facts),
+             **({"generated_reasoning": {"text": s.reasoning, "status": s.reasoning_status}} if s.reasoning else {})}
+            for s in found]
     if args.json:
         print(json.dumps(rows, indent=1))
         return EXIT_OK
     print(f"ranked by {ranker.name}")
     for r in rows:
         print(f"{r['score']:10.3f}  {r['title']}" + (f"  ({r['reasoning']})" if r["reasoning"] else ""))
+        if "generated_reasoning" in r:
+            said = r["generated_reasoning"]
+            print(f"{'':10}  {ranker.name} ({said['status']}): {said['text']}")
     return EXIT_OK
 
 

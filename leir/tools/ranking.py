@@ -44,7 +44,13 @@ SEARCHED = transforms.ids_in(*transforms.SCHEDULE_GROUPS)
 
 @runtime_checkable
 class Ranker(Protocol):
-    """Scores steps of one program (``ctx``, a ``leir.transforms.Context``)."""
+    """Scores steps of one program (``ctx``, a ``leir.transforms.Context``).
+
+    Optional (looked up with ``getattr``, not part of the protocol's check):
+    ``explain(ctx, step, target) -> str | None``, reasoning the ranker
+    writes for one step, already checked against the step's facts
+    (``leir.explain.grounding``); ``leir.tools.suggest`` shows it, as
+    predicted, for its first few suggestions."""
 
     #: What the ranking is, for reports ("heuristic", a model's name).
     name: str

@@ -44,6 +44,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Suggestion", "suggest"]
 
+#: How many of the first suggestions a ranker that writes reasoning explains
+#: (a model generating a hundred tokens a step: only the ones looked at first).
+EXPLAIN_TOP = 3
+
 
 @dataclass(frozen=True)
 class Suggestion:
@@ -67,6 +71,16 @@ class Suggestion:
     #: cached measurement of the plan's end program (None: not measured).
     plan: "PlanAhead | None" = None
     plan_end: "Measurement | None" = None
+    #: Reasoning the ranker wrote for the step (``Ranker.explain``), only the
+    #: sentences that check against the step's facts; None when it writes none.
+    reasoning: str | None = None
+
+    @property
+    def reasoning_status(self) -> str | None:
+        """"predicted" until the step is measured here, then "measured"."""
+        if self.reasoning is None:
+            return None
+        return "predicted" if self.speedup is None else "measured"
 
     @property
     def plan_end_ms(self) -> tuple[float, str] | None:
@@ -122,6 +136,8 @@ class Suggestion:
             out["plan"] = {"goal": self.plan.goal, "step": self.plan.index, "of": self.plan.of,
                            "end_ms": None if end is None else round(end[0], 4),
                            "end_figure": None if end is None else end[1], "text": self.plan_text}
+        if self.reasoning is not None:
+            out["generated_reasoning"] = {"text": self.reasoning, "status": self.reasoning_status}
         return out
 
 
@@ -130,7 +146,7 @@ class Suggestion:
 
 def suggest(text: str, language: str, at: int | None = None, *, kernel: str | None = None, target: str = "llvm",
             measured: MeasuredLookup | None = None, limit: int | None = None, document=None,
-            only: tuple[str, ...] | None = None, ranker=None) -> list[Suggestion]:
+            only: tuple[str, ...] | None = None, ranker=None, explain_top: int = EXPLAIN_TOP) -> list[Suggestion]:
     """The steps that apply at character offset ``at`` of a document
     (everywhere when None), best first (see the module docstring), scored
     by ``ranker`` (a ``leir.tools.ranking.Ranker``; the heuristic by default).
@@ -138,19 +154,38 @@ def suggest(text: str, language: str, at: int | None = None, *, kernel: str | No
     ``leir.bridge.document.LeirDocument`` of ``text`` when the caller has it;
     ``only``, the transformation ids to consider (all by default). A
     document with errors, or a Python file without a kernel that loads, has
-    no suggestions."""
+    no suggestions. A ranker that writes reasoning (an ``explain`` method,
+    ``leir.tools.ranking.Ranker``) is asked for that of the first
+    ``explain_top`` suggestions of a ``.leir`` document."""
     from leir.transforms import TransformError
 
     try:
         if language == "leir":
-            found = _leir_suggestions(document if document is not None else _document(text), at, target, measured,
-                                      only, ranker)
+            doc = document if document is not None else _document(text)
+            found = _leir_suggestions(doc, at, target, measured, only, ranker)
         else:
             found = _tvmscript_suggestions(text, at, kernel, target, measured, only, ranker)
     except TransformError:
         return []
     found = order(found)
-    return found if limit is None else found[:limit]
+    found = found if limit is None else found[:limit]
+    if language == "leir" and explain_top > 0 and callable(getattr(ranker, "explain", None)):
+        found = _explained(found, ranker, doc, target, explain_top)
+    return found
+
+
+def _explained(found: list[Suggestion], ranker, doc, target: str, top: int) -> list[Suggestion]:
+    """The first ``top`` of ``found`` with ``ranker.explain``'s reasoning."""
+    from dataclasses import replace
+
+    from leir.transforms.base import Context
+
+    if not found or not doc.ok:
+        return found
+    ctx = Context.of(doc.analysis)
+    kind = "cuda" if "cuda" in target else "llvm"
+    return [replace(s, reasoning=ranker.explain(ctx, s.step, kind)) if k < top else s
+            for k, s in enumerate(found)]
 
 
 def order(found: list[Suggestion]) -> list[Suggestion]:

@@ -1,4 +1,4 @@
-"""``leir model train|evaluate|tokens``: the model's commands.
+"""``leir model train|evaluate|reasoning|tokens``: the model's commands.
 
 ``leir.tools.cli`` does not import this package: its ``model`` subcommand
 finds ``main`` through the entry-point group ``leir.models`` (name ``lm``)
@@ -34,6 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--data", default=DEFAULT_DATA, metavar="DIR")
     e.add_argument("--split", default="heldout", choices=["train", "validation", "test", "heldout", "all"])
     e.add_argument("--json", action="store_true")
+
+    r = sub.add_parser("reasoning", help="generated reasoning: the share of its sentences that check against the "
+                                         "facts, and tokens/s (leir_models.lm.reasoning)")
+    from leir_models.lm.reasoning import build_parser as reasoning_parser
+
+    reasoning_parser(r)
 
     k = sub.add_parser("tokens", help="tokens per sample: the model's BPE against SmolLM2's")
     k.add_argument("--data", default=DEFAULT_DATA, metavar="DIR")
@@ -79,6 +85,10 @@ def _run(args) -> int:
                            states)
         print(json.dumps(figures, indent=1) if args.json else report(figures))
         return 0
+    if args.cmd == "reasoning":
+        from leir_models.lm.reasoning import run
+
+        return run(args)
     from leir_models.lm.tokenizer import main as tokens_main
 
     return tokens_main(["compare", "--data", args.data, "--vocab", str(args.vocab)] + (["--json"] if args.json else []))

@@ -23,35 +23,15 @@ heuristic with the reason logged.
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import Any, Sequence
 
 from leir_models.lm import tokenizer as tk
 from leir_models.lm.data import candidate_text, prompt_text, state_of_analysis
+from leir_models.lm.store import default_dir, load_model
 
-#: The shipped model's directory.
-DATA_DIR = Path(__file__).resolve().parent / "data"
 #: Tree nodes (candidate tokens, shared prefixes once) per forward pass after the prompt's.
 CHUNK_NODES = 2048
-
-
-def load_model(path: str | Path):
-    """(model, tokenizer) from a directory ``train`` wrote; raises FileNotFoundError naming a missing file."""
-    path = Path(path)
-    for name in ("config.json", "model.safetensors", "tokenizer.json"):
-        if not (path / name).is_file():
-            raise FileNotFoundError(f"{path / name} is missing (train one with `leir model train --out {path}`)")
-    from safetensors.torch import load_model as load_weights
-    from transformers import LlamaConfig, LlamaForCausalLM
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    config = LlamaConfig.from_json_file(str(path / "config.json"))
-    model = LlamaForCausalLM(config)
-    load_weights(model, str(path / "model.safetensors"), strict=True)
-    model.eval()
-    return model, tk.load(path / "tokenizer.json")
 
 
 def logprobs_full(model, prompt_ids: list[int], conts: Sequence[list[int]]) -> list[float]:
@@ -186,9 +166,18 @@ class ModelRanker:
         return [(100 * p, (f"the model gives it {p:.0%} of the candidates' probability (log-likelihood {lp:.1f})",))
                 for p, lp in zip(shares, lps)]
 
+    def explain(self, ctx, step, target: str) -> str | None:
+        """The model's reasoning for ``step``: only its sentences that check
+        against the step's facts (``leir_models.lm.reasoning``); None when
+        none does, or when the step's facts cannot be computed (the step no
+        longer applies, or the program it makes does not check)."""
+        from leir.transforms import TransformError
+        from leir_models.lm.reasoning import explain
 
-def default_dir() -> Path:
-    return Path(os.environ["LEIR_MODEL_DIR"]) if os.environ.get("LEIR_MODEL_DIR") else DATA_DIR
+        try:
+            return explain(self.model, self.tokenizer, ctx.analysis, step, target, self.machine).text or None
+        except (TransformError, ValueError):
+            return None
 
 
 def load_default() -> ModelRanker:
