@@ -31,7 +31,66 @@ def compute(server, snapshot: "DocumentSnapshot", offset: int | None, limit: int
             return []
     lookup = server.session.workers.lookup()
     return suggest(snapshot.text, snapshot.language, offset, kernel=kernel,
-                   target=server.session.settings.target, measured=lookup, limit=limit, document=doc, only=only)
+                   target=server.session.settings.target, measured=lookup, limit=limit, document=doc, only=only,
+                   ranker=ready_ranker(server, snapshot, kernel))
+
+
+def ready_ranker(server, snapshot: "DocumentSnapshot", kernel: str | None):
+    """The model's ranking of this very version (``leir_server.model_worker``)
+    when it is finished, else None (the heuristic): listing never waits."""
+    model = server.session.workers.model  # once: a settings change may stop it meanwhile
+    if not server.session.settings.model_enabled or model is None:
+        return None
+    from leir_server.model_worker import PrecomputedRanker
+
+    found = model.ranking(snapshot.uri, snapshot.version, kernel, server.session.settings.target)
+    return PrecomputedRanker(found) if found is not None else None
+
+
+def queue_ranking(server, uri: str) -> None:
+    """After didOpen/didChange: have the model worker rank the document's
+    new version in the background, when ``model_enabled`` is set (the
+    worker's process starts with the first one)."""
+    session = server.session
+    if not session.settings.model_enabled or session.workers.closed or session.settings_pending:
+        return
+    snapshot = session.snapshot(uri)
+    if snapshot is None or snapshot.too_large:
+        return
+    from leir_server.model_worker import Request
+
+    worker = session.workers.model_worker(on_active=lambda name: _say_active(server, name))
+    worker.submit(Request(uri, snapshot.version, snapshot.text, snapshot.language, None, session.settings.target))
+
+
+def settings_changed(server) -> None:
+    """The settings are (re)read: with ``model_enabled`` off, the model
+    worker stops (its process goes); on, every open document is queued for it."""
+    session = server.session
+    if session.settings_pending:
+        return
+    if not session.settings.model_enabled:
+        session.workers.stop_model()
+        return
+    for uri in list(session.languages):
+        queue_ranking(server, uri)
+
+
+def _say_active(server, name: str) -> None:
+    """Tell the client which ranker the model worker loaded (from its driver thread)."""
+    from lsprotocol import types
+
+    if name == "heuristic":
+        message = "leir: the local model did not load (none installed?); suggestions are ranked by the heuristic"
+    else:
+        message = f"leir: suggestions are ranked by the local model ({name})"
+    try:
+        server.window_log_message(types.LogMessageParams(type=types.MessageType.Info, message=message))
+        server.protocol.notify("leir/status", {"target": server.session.settings.target,
+                                               "device": server.session.workers.device(), "measuring": False,
+                                               "ranker": name})
+    except Exception:  # noqa: BLE001 - the client is gone; nothing to tell
+        pass
 
 
 async def at(server, snapshot: "DocumentSnapshot", offset: int | None, limit: int | None = None,

@@ -46,6 +46,7 @@ from leir.tools import optimize_messages as messages
 if TYPE_CHECKING:
     from leir.measure import MeasurementEngine
     from leir.tools.measuring import MeasuredLookup
+    from leir_server.model_worker import ModelWorker
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +111,9 @@ class Workers:
         #: The optimize searches running (each ``OptimizeRun`` adds itself
         #: and leaves when its process is gone), stopped with the workers.
         self.runs: set["OptimizeRun"] = set()
+        #: The model's ranking process (``leir_server.model_worker``), started
+        #: on the first ranking asked for while ``model_enabled`` is set.
+        self.model: "ModelWorker | None" = None
         self.closed = False
 
     # ------------------------------------------------------------ jobs
@@ -233,6 +237,27 @@ class Workers:
         found = self._lookups.get(self.server.session.settings.target)
         return found.device if found is not None else None
 
+    # ------------------------------------------------------------ the model
+
+    def model_worker(self, on_active=None) -> "ModelWorker":
+        """The model worker, created (not yet started: its process starts
+        with the first ranking) here."""
+        from leir_server.model_worker import ModelWorker
+
+        with self._lock:
+            if self.closed:
+                raise RequestFailed("the server is shutting down")
+            if self.model is None:
+                self.model = ModelWorker(on_active=on_active, context=_context)
+            return self.model
+
+    def stop_model(self) -> None:
+        """Stop the model worker, if one was created (``model_enabled`` turned off)."""
+        with self._lock:
+            model, self.model = self.model, None
+        if model is not None:
+            model.close()
+
     # ------------------------------------------------------------ stopping
 
     def _stop(self) -> None:
@@ -244,6 +269,9 @@ class Workers:
             engine, self._engine = self._engine, None
             self._engine_settings = None
             self._lookups.clear()
+            model, self.model = self.model, None
+        if model is not None:
+            model.close()
         if pool is not None:
             pool.stop()
             pool.join(timeout=10)

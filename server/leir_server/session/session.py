@@ -67,6 +67,10 @@ class Session:
     #: (no verification, measurement or search); parsing, checks, hover and
     #: conversion still work.
     trusted: bool = True
+    #: True while the client's settings are being read after ``initialized``:
+    #: the defaults are not the user's yet, so nothing they decide (the
+    #: model worker) starts until they are known.
+    settings_pending: bool = False
     #: Language of each open document, from didOpen's languageId.
     languages: dict[str, str] = field(default_factory=dict)
     #: (uri, kernel or "") -> the steps applied through this server, in

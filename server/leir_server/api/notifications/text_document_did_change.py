@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from lsprotocol import types
 
-from leir_server import diagnostics
+from leir_server import diagnostics, suggestions
 
 
 def handle(server, params: types.DidChangeTextDocumentParams) -> None:
@@ -16,3 +16,4 @@ def handle(server, params: types.DidChangeTextDocumentParams) -> None:
         return
     server.session.change(uri)  # the old text's hints go; a resolved step's edit, now in the text, is recorded
     diagnostics.schedule(server, uri)
+    suggestions.queue_ranking(server, uri)  # the model ranks the new version in the background, when enabled

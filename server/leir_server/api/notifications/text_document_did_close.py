@@ -13,4 +13,7 @@ def handle(server, params: types.DidCloseTextDocumentParams) -> None:
     if uri not in server.session.languages:
         return
     server.session.close(uri)
+    model = server.session.workers.model
+    if model is not None:
+        model.forget(uri)
     diagnostics.clear(server, uri)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from lsprotocol import types
 
-from leir_server import diagnostics
+from leir_server import diagnostics, suggestions
 
 
 def handle(server, params: types.DidOpenTextDocumentParams) -> None:
@@ -14,3 +14,4 @@ def handle(server, params: types.DidOpenTextDocumentParams) -> None:
     server.session.open(document.uri, document.language_id)
     if document.uri in server.session.languages:
         diagnostics.schedule(server, document.uri)
+        suggestions.queue_ranking(server, document.uri)  # the model ranks it in the background, when enabled

@@ -1,0 +1,289 @@
+"""The model worker: the local model ranks a document's steps in a process
+of its own, in the background, so that listing never waits for it.
+
+Loading the model imports torch (seconds) and ranking a large program takes
+100-600 ms, which the protocol loop and a code-action listing (milliseconds)
+cannot afford. So, when ``model_enabled`` is set, each new version of a
+document (``didOpen``/``didChange``) is queued here; one child process
+(started on the first request, from the job pool's context) loads the ranker
+once (``RANKER_FACTORY``, ``leir.tools.ranking.load_ranker("model")`` by
+default) and scores every step of the version, and has a ranker that writes
+reasoning (``explain``) write it for the version's first few steps, which
+hover shows as predicted. The listing uses those
+scores only when they are for the document's current version (and kernel
+and target), and the heuristic otherwise (``PrecomputedRanker``).
+
+- A newer version of a document replaces its pending ranking (the older one
+  is never sent; one already running finishes unseen).
+- A child that dies, or does not answer within ``RANK_TIMEOUT_S``, is killed
+  and replaced on the next request; that version keeps the heuristic.
+- A child whose ranker fell back to the heuristic (no model installed) says
+  so and is stopped; no other starts (``active`` stays "heuristic", which
+  the server logs and reports), so a server without a model holds no
+  process for it.
+- ``close`` stops the child (shutdown, exit, ``leir.restart``).
+
+Nothing from a document is executed: the child parses and analyses it as
+the request threads do.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+logger = logging.getLogger(__name__)
+
+#: "module:function" returning the ``Ranker`` the child uses. A test points
+#: it at a fake ranker; nothing outside the server's own code sets it.
+RANKER_FACTORY = "leir_server.model_worker:load_model_ranker"
+#: Seconds a ranking may take (the first includes loading torch and the
+#: model) before the child is taken for hung, killed and replaced.
+RANK_TIMEOUT_S = 60.0
+
+
+def load_model_ranker():
+    """The model ranker, or the heuristic when it cannot load (logged)."""
+    from leir.tools.ranking import load_ranker
+
+    return load_ranker("model")
+
+
+def _factory(path: str) -> Callable:
+    module, _, name = path.partition(":")
+    if not module or not name:
+        raise ValueError(f"ranker factory {path!r}: expected 'module:function'")
+    return getattr(importlib.import_module(module), name)
+
+
+class _Recording:
+    """Wraps a ranker and keeps every (step key -> score, facts) it gives:
+    the scores are keyed by the LEIR steps ``suggest`` ranks, which are what
+    a listing's ranker is asked about again."""
+
+    def __init__(self, ranker):
+        self.ranker, self.name = ranker, ranker.name
+        self.scores: dict[str, tuple[float, tuple[str, ...]]] = {}
+        #: step key -> the reasoning the ranker wrote (``Ranker.explain``), grounded already.
+        self.reasonings: dict[str, str] = {}
+
+    def score(self, ctx, steps, target):
+        out = self.ranker.score(ctx, steps, target)
+        for step, (score, facts) in zip(steps, out):
+            self.scores[step.key] = (float(score), tuple(facts))
+        return out
+
+    def explain(self, ctx, step, target):
+        explain = getattr(self.ranker, "explain", None)
+        text = explain(ctx, step, target) if callable(explain) else None
+        if text:
+            self.reasonings[step.key] = text
+        return text
+
+
+def child_main(conn, factory: str) -> None:
+    """The worker process: load the ranker once, say which it is, then
+    answer each (uri, version, text, language, kernel, target) with the
+    scores of every step of that version."""
+    from leir.tools.suggest import suggest
+
+    ranker = _factory(factory)()
+    conn.send(("ready", ranker.name))
+    while True:
+        try:
+            uri, version, text, language, kernel, target = conn.recv()
+        except EOFError:  # the server is gone
+            return
+        recording = _Recording(ranker)
+        try:
+            suggest(text, language, None, kernel=kernel, target=target, ranker=recording)
+            conn.send(("ranked", uri, version, (recording.scores, recording.reasonings)))
+        except Exception as e:  # noqa: BLE001 - one document's failure is that ranking's, not the worker's
+            conn.send(("failed", uri, version, f"{type(e).__name__}: {e}"))
+
+
+@dataclass(frozen=True)
+class Request:
+    uri: str
+    version: int | None
+    text: str
+    language: str
+    kernel: str | None
+    target: str
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """The model's scores of one version's steps (LEIR step key -> score, facts)."""
+
+    request: Request
+    source: str
+    scores: dict
+    #: LEIR step key -> the reasoning the model wrote for it (the document's
+    #: first ``leir.tools.suggest.EXPLAIN_TOP`` steps), checked against its facts.
+    reasonings: dict = None  # type: ignore[assignment]
+
+
+class PrecomputedRanker:
+    """A ``leir.tools.ranking.Ranker`` that answers from a ``Ranking`` and
+    asks the heuristic about any step it does not hold (no waiting)."""
+
+    def __init__(self, ranking: Ranking):
+        self.ranking, self.name = ranking, ranking.source
+
+    def score(self, ctx, steps, target):
+        from leir.tools.ranking import HEURISTIC
+
+        missing = [s for s in steps if s.key not in self.ranking.scores]
+        rest = dict(zip((s.key for s in missing), HEURISTIC.score(ctx, missing, target))) if missing else {}
+        return [self.ranking.scores.get(s.key) or rest[s.key] for s in steps]
+
+    def explain(self, ctx, step, target):
+        """What the model wrote for ``step`` in the background, or None."""
+        return (self.ranking.reasonings or {}).get(step.key)
+
+
+class ModelWorker:
+    """The server's one model process and its queue (see the module docstring)."""
+
+    def __init__(self, factory: str | None = None, timeout: float | None = None, on_active=None, context=None):
+        self.factory = factory or RANKER_FACTORY
+        #: Returns the multiprocessing context the child starts from (the
+        #: server passes its job pool's forkserver; by default leir's sandbox
+        #: forkserver with the measurement modules preloaded).
+        self.context = context
+        self.timeout = RANK_TIMEOUT_S if timeout is None else timeout
+        #: Called (from the driver thread) with the ranker's name once a child has loaded it.
+        self.on_active = on_active
+        #: The name of the ranker the child loaded ("heuristic" after a fallback); None before.
+        self.active: str | None = None
+        #: How many child processes were started (the tests read it).
+        self.started = 0
+        self.process = None
+        self._conn = None
+        self._cond = threading.Condition()
+        self._pending: dict[str, Request] = {}
+        self._ready: dict[str, Ranking] = {}
+        self._thread: threading.Thread | None = None
+        self.closed = False
+
+    # ---- asked from the server
+
+    def submit(self, request: Request) -> None:
+        """Rank ``request``'s version in the background, replacing any
+        pending ranking of the same document."""
+        with self._cond:
+            if self.closed:
+                return
+            self._pending[request.uri] = request
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._drive, name="leir-model-driver", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def ranking(self, uri: str, version: int | None, kernel: str | None, target: str) -> Ranking | None:
+        """The finished ranking of exactly this version, kernel and target, or None."""
+        with self._cond:
+            found = self._ready.get(uri)
+        if found is None:
+            return None
+        r = found.request
+        return found if (r.version, r.kernel, r.target) == (version, kernel, target) else None
+
+    def forget(self, uri: str) -> None:
+        with self._cond:
+            self._pending.pop(uri, None)
+            self._ready.pop(uri, None)
+
+    def close(self) -> None:
+        """Stop the child and the driver; nothing is ranked afterwards."""
+        with self._cond:
+            self.closed = True
+            self._pending.clear()
+            self._cond.notify()
+        self._kill()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    # ---- the driver thread
+
+    def _drive(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self.closed:
+                    self._cond.wait()
+                if self.closed:
+                    return
+                uri = next(iter(self._pending))
+                request = self._pending.pop(uri)
+            try:
+                answer = self._ask(request)
+            except Exception as e:  # noqa: BLE001 - the worker is replaced; listing keeps the heuristic
+                logger.warning("model ranking of %s (version %s) failed: %s; the child is replaced", uri,
+                               request.version, e)
+                self._kill()
+                continue
+            if answer is None:
+                continue
+            kind, _, version, payload = answer
+            if kind == "failed":
+                logger.info("model ranking of %s (version %s) failed: %s", uri, version, payload)
+                continue
+            with self._cond:
+                if not self.closed and uri not in self._pending:  # not superseded meanwhile
+                    scores, reasonings = payload
+                    self._ready[uri] = Ranking(request, self.active or "model", scores, reasonings)
+
+    def _start(self) -> None:
+        if self.context is not None:
+            ctx = self.context()
+        else:
+            from leir import sandbox
+
+            ctx = sandbox.worker_context(sandbox.MEASUREMENT_PRELOAD)
+        self._conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=child_main, args=(child, self.factory), name="leir-model", daemon=True)
+        self.process.start()
+        child.close()
+        self.started += 1
+        if not self._conn.poll(self.timeout):
+            raise RuntimeError(f"the ranker did not load within {self.timeout:g} s")
+        kind, name = self._conn.recv()
+        self.active = name
+        if name == "heuristic":
+            logger.warning("the model did not load (see the model worker's log): suggestions use the heuristic")
+        else:
+            logger.info("model worker ready: suggestions ranked by %s", name)
+        if self.on_active is not None:
+            self.on_active(name)
+        if name == "heuristic":
+            self._kill()  # nothing for it to do: the listing's own heuristic is the same ranking
+
+    def _ask(self, request: Request):
+        """Send one request and wait for its answer; raises when the child
+        dies or hangs (the caller replaces it)."""
+        if self.active == "heuristic":
+            return None  # the model did not load: no child is kept, and none is started again
+        if self.process is None or not self.process.is_alive():
+            self._kill()
+            self._start()
+            if self.active == "heuristic":
+                return None
+        self._conn.send((request.uri, request.version, request.text, request.language, request.kernel,
+                         request.target))
+        if not self._conn.poll(self.timeout):
+            raise RuntimeError(f"no answer within {self.timeout:g} s")
+        return self._conn.recv()  # EOFError when the child died
+
+    def _kill(self) -> None:
+        process, conn = self.process, self._conn
+        self.process = self._conn = None
+        if process is not None:
+            if process.is_alive():
+                process.kill()
+            process.join(5)
+        if conn is not None:
+            conn.close()
