@@ -44,7 +44,7 @@ help:
 	@echo "make test            install, then run the whole pytest suite, then make extension"
 	@echo "make extension       build, lint, test and package the VS Code extension (extension/)"
 	@echo "make extension-browser-test  the packaged extension in code-server and Chromium (slow, opt-in)"
-	@echo "make install         install the project with its test, tokens, models and lm extras"
+	@echo "make install         install the project with its test, tokens, models, lm and sol extras"
 	@echo "make install-tokens  install the project with the optional token-counting tooling"
 	@echo "make reinstall       forget the install stamps (the next target reinstalls)"
 	@echo "variables: PYTHON=$(PYTHON) PYTEST_ARGS='$(PYTEST_ARGS)'"
@@ -54,9 +54,10 @@ install: $(STAMPS)/project $(STAMPS)/smollm2
 install-tokens: $(STAMPS)/tokens $(STAMPS)/smollm2
 
 # lm: the language model (models/leir_models/lm/: torch CPU, transformers,
-# safetensors), which its tests and `leir model` need.
+# safetensors), which its tests and `leir model` need; sol: ONNX export and
+# ONNX Runtime for models/leir_models/sol/ (docs/sol.md).
 $(STAMPS)/project: pyproject.toml constraints.txt
-	$(PIP_INSTALL) -e '.[test,tokens,models,lm]'
+	$(PIP_INSTALL) -e '.[test,tokens,models,lm,sol]'
 	@mkdir -p $(STAMPS) && touch $@ $(STAMPS)/tokens
 
 # leir/tools/token_counts.py is part of the project, so its tooling installs with it.
