@@ -229,6 +229,45 @@ def test_resuming_with_other_settings_is_refused(tiny):
         build(_config(tmp, "out", steps=STEPS + 1), progress=False)
 
 
+class _Reversed:
+    """The heuristic's order, reversed: what it ranks last is tried first."""
+
+    name = "reversed"
+
+    def score(self, ctx, steps, target):
+        from leir.tools.ranking import HEURISTIC
+
+        return [(-score, facts) for score, facts in HEURISTIC.score(ctx, steps, target)]
+
+
+def _first_state_steps(samples) -> set[str]:
+    return {json.dumps(s["step"], sort_keys=True) for s in samples
+            if s["step_index"] == 0 and s["variant"] == "orig" and s["workload"] == "matmul.leir"}
+
+
+def test_a_named_ranker_orders_the_candidates_and_is_part_of_the_settings(tiny, monkeypatch):
+    from leir.tools import ranking
+
+    tmp, _, samples = tiny
+    asked = []
+    monkeypatch.setattr(ranking, "load_ranker", lambda name: asked.append(name) or _Reversed())
+    build(_config(tmp, "reversed", steps=1, only=["matmul.leir"]), progress=False)  # the heuristic
+    build(_config(tmp, "by-reversed", steps=1, only=["matmul.leir"], ranker="reversed"), progress=False)
+    assert asked == ["reversed"]  # the heuristic is not loaded by name
+    heuristic = _first_state_steps(read_samples(tmp / "reversed"))
+    reversed_ = _first_state_steps(read_samples(tmp / "by-reversed"))
+    assert heuristic == _first_state_steps(samples) and reversed_ and reversed_ != heuristic
+    assert json.loads((tmp / "by-reversed" / "config.json").read_text())["ranker"] == "reversed"
+    with pytest.raises(DatasetError, match="other settings .*ranker"):
+        build(_config(tmp, "out", ranker="reversed"), progress=False)
+
+
+def test_a_ranker_that_does_not_load_stops_the_build_before_anything_is_written(tmp_path):
+    with pytest.raises(DatasetError, match="--ranker no-such: it did not load .*nothing is installed"):
+        build(_config(tmp_path, "none", ranker="no-such"), progress=False)
+    assert not (tmp_path / "none").exists()
+
+
 @pytest.mark.parametrize("workload, step", [
     # The copy reads rvar outside rsqrt: drawn from the after program's own
     # inputs, rvar would be negative where the program before had it >= 0.

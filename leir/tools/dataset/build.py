@@ -117,9 +117,9 @@ LOG = "build.log"
 
 #: Settings that change what a build produces; a resumed build must match them.
 _IDENTITY = ("variants", "steps", "budget", "target", "seed", "trajectories", "explore", "verify", "repeat",
-             "min_run_ms", "workloads_list", "teachers", "teacher_databases")
+             "min_run_ms", "workloads_list", "teachers", "teacher_databases", "ranker")
 #: The value of a setting a build made before the setting existed had.
-_IDENTITY_DEFAULTS = {"teachers": 0, "teacher_databases": []}
+_IDENTITY_DEFAULTS = {"teachers": 0, "teacher_databases": [], "ranker": "heuristic"}
 
 
 class DatasetError(LeirError):
@@ -162,6 +162,12 @@ class BuildConfig:
     #: translated into catalogue steps, are teacher trajectories of the
     #: workload ``STEM.leir`` (``leir.tools.trace_import.import_database``).
     teacher_databases: list[str] = field(default_factory=list)
+    #: The ranking that orders each state's candidates before the budget is
+    #: spent (``leir.tools.ranking.load_ranker``): "heuristic", or "model"
+    #: (the local model, ``leir suggest --ranker``), or another installed one.
+    #: A named ranker that does not load stops the build: its data would say
+    #: "model" and hold the heuristic's choices.
+    ranker: str = "heuristic"
 
     def check(self) -> None:
         if not Path(self.workloads).is_dir():
@@ -543,15 +549,15 @@ def _rng(seed: int, *parts) -> random.Random:
     return random.Random(int.from_bytes(digest[:8], "big"))
 
 
-def _picks(analysis, budget: int, target: str, rng: random.Random) -> list:
-    """Candidate steps in the order to try them: the best-ranked (at most
-    one per transformation and loop first), then about a third of the
-    budget drawn at random from the rest, then the rest in a random order
-    (to replace refused steps)."""
+def _picks(analysis, budget: int, target: str, rng: random.Random, ranker=None) -> list:
+    """Candidate steps in the order to try them: the best-ranked by
+    ``ranker`` (the heuristic when None; at most one per transformation and
+    loop first), then about a third of the budget drawn at random from the
+    rest, then the rest in a random order (to replace refused steps)."""
     from leir import transforms
     from leir.tools.ranking import SEARCHED, pick, rank
 
-    ranked = rank(analysis, target)
+    ranked = rank(analysis, target, ranker=ranker)
     others = [c.step for c in transforms.candidates(analysis, None, only=tuple(t.ID for t in transforms.ALL
                                                                                if t.ID not in SEARCHED))]
     explore = budget // 3
@@ -563,7 +569,8 @@ def _picks(analysis, budget: int, target: str, rng: random.Random) -> list:
 
 
 def _trajectory(variant: Variant, k: int, cfg: BuildConfig, start_measurement,
-                log: Callable[[str], None] = lambda line: None, resume: "_Resume | None" = None) -> Iterator:
+                log: Callable[[str], None] = lambda line: None, resume: "_Resume | None" = None,
+                ranker=None) -> Iterator:
     """A generator: yields lists of analyses to measure and receives their
     measurements; yields ``("samples", [sample...])`` after each state.
     Returns when the trajectory ends. ``resume``: where a killed build left
@@ -584,7 +591,7 @@ def _trajectory(variant: Variant, k: int, cfg: BuildConfig, start_measurement,
     for step_index in range(first, cfg.steps):
         rng = _rng(cfg.seed, tid, step_index)
         children = []
-        for step in _picks(state.analysis, cfg.budget, cfg.target, rng):
+        for step in _picks(state.analysis, cfg.budget, cfg.target, rng, ranker):
             if len(children) == cfg.budget:
                 break
             try:
@@ -1005,10 +1012,34 @@ def _load_variants(cfg: BuildConfig, out: Path, log: Callable[[str], None]) -> l
     return found
 
 
+def _build_ranker(name: str):
+    """The ranker ``--ranker name`` orders candidates with (None: the
+    heuristic); ``DatasetError`` with the reason when a named one does not load."""
+    import logging
+
+    from leir.tools import ranking
+
+    if name in ("", "heuristic"):
+        return None
+    said: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: said.append(record.getMessage())
+    ranking.logger.addHandler(handler)
+    try:
+        found = ranking.load_ranker(name)
+    finally:
+        ranking.logger.removeHandler(handler)
+    if found is ranking.HEURISTIC:
+        raise DatasetError(f"--ranker {name}: it did not load ({'; '.join(said) or 'no reason given'}); "
+                           f"build with --ranker heuristic, or install it")
+    return found
+
+
 def build(cfg: BuildConfig, engine=None, progress: bool = True) -> BuildSummary:
     """Run (or resume) a build into ``cfg.out``. ``engine``: a measurement
     engine to use (default: one made from the config, closed at the end)."""
     cfg.check()
+    ranker = _build_ranker(cfg.ranker)
     names = sorted(p.name for p in Path(cfg.workloads).glob("*.leir"))
     sources = cfg.database_sources()
     for stem, directory in sources:
@@ -1099,7 +1130,7 @@ def build(cfg: BuildConfig, engine=None, progress: bool = True) -> BuildSummary:
             if progress else None
         counts = {"written": 0, "verified": 0, "measurements": 0, "hits": 0}
         teachers = _TeacherCounts()
-        context = (sources, _TeacherFile(out / TEACHERS), teachers)
+        context = (sources, _TeacherFile(out / TEACHERS), teachers, ranker)
         with open(samples_path, "a", encoding="utf-8") as sink:
             try:
                 _run(todo, cfg, engine, sink, existing, done, states, progress_path, counts, bar, log, context)
@@ -1148,7 +1179,7 @@ WAVE = 4
 
 
 def _run(todo, cfg, engine, sink, existing, done, states, progress_path, counts, bar, log, context) -> None:
-    sources, teacher_file, teacher_counts = context
+    sources, teacher_file, teacher_counts, ranker = context
     queue = list(todo)
     active: list[dict] = []
     wave = max(WAVE, 2 * getattr(engine, "workers", 1))
@@ -1198,7 +1229,7 @@ def _run(todo, cfg, engine, sink, existing, done, states, progress_path, counts,
                                            log)
                 else:
                     job["gen"] = _trajectory(job["variant"], job["k"], cfg, ms[0] if ms else None, log,
-                                             job["resume"])
+                                             job["resume"], ranker)
                 request = next(job["gen"], None)
             else:
                 request = job["gen"].send(ms)

@@ -37,6 +37,9 @@ def add_parser(sub) -> None:
                    help="this CPU or this machine's GPU (with --rpc: what the remote devices are)")
     b.add_argument("--rpc", metavar="HOST:PORT:KEY", help="measure on the devices a TVM RPC tracker pools under KEY")
     b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--ranker", default="heuristic", metavar="NAME",
+                   help="what orders each state's candidates before the budget is spent: heuristic (default), "
+                        "model (the local model; the build stops if it does not load) or another installed ranker")
     b.add_argument("--jobs", type=int, default=2, metavar="J", help="measurement workers (default 2)")
     b.add_argument("--repeat", type=int, default=3, metavar="R", help="timed runs per measurement (default 3)")
     b.add_argument("--min-run-ms", type=float, default=2.0, metavar="MS", help="least duration of a timed run (default 2)")
@@ -92,7 +95,7 @@ def cmd_build(args) -> int:
                       trajectories=args.trajectories, explore=args.explore, repeat=args.repeat,
                       min_run_ms=args.min_run_ms, verify=args.verify, cache_dir=args.cache_dir, rpc=args.rpc,
                       only=list(args.only), shard=args.shard, teachers=args.teachers,
-                      teacher_databases=list(args.teacher_databases))
+                      teacher_databases=list(args.teacher_databases), ranker=args.ranker)
     summary = build(cfg)
     print(summary.text(), file=sys.stderr)
     if not args.no_export:
