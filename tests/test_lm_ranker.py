@@ -150,3 +150,15 @@ def test_tvm_is_imported_without_torch_and_torch_still_imports_after():
             "import torch; torch.zeros(1); print('ok')")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_ranker_missing_says_why_without_loading_anything(lm_model_dir, tmp_path, monkeypatch):
+    from leir.tools.ranking import ranker_missing
+
+    monkeypatch.setenv("LEIR_MODEL_DIR", str(tmp_path))
+    assert ranker_missing("model") == f"no model in {tmp_path} (missing config.json, model.safetensors, tokenizer.json)"
+    assert "nothing is installed" in ranker_missing("no-such-ranker")
+    assert ranker_missing("heuristic") is None
+    monkeypatch.setenv("LEIR_MODEL_DIR", str(lm_model_dir))
+    assert ranker_missing("model") is None
+    assert isinstance(load_ranker("model"), ModelRanker)

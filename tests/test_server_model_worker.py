@@ -223,3 +223,20 @@ async def test_the_setting_decides_whether_a_model_process_starts(bare_lsp, enab
     else:
         await asyncio.sleep(5)  # what the enabled case needs to say it, with margin
         assert said() == [] and _ranker_statuses(bare_lsp) == []
+
+
+def test_without_a_model_file_no_process_starts_at_all(tmp_path, monkeypatch):
+    monkeypatch.setenv("LEIR_MODEL_DIR", str(tmp_path))  # an empty directory: no model
+    said = []
+    worker = ModelWorker(on_active=said.append)  # the real factory
+    try:
+        worker.submit(Request(URI, 1, TEXT, "leir", None, "llvm"))
+        deadline = time.monotonic() + 60
+        while not said and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert said == ["heuristic"] and worker.active == "heuristic"
+        worker.submit(Request(URI, 2, TEXT, "leir", None, "llvm"))
+        time.sleep(0.5)
+        assert worker.started == 0 and worker.process is None and said == ["heuristic"]
+    finally:
+        worker.close()

@@ -81,6 +81,26 @@ class HeuristicRanker:
 HEURISTIC = HeuristicRanker()
 
 
+def ranker_missing(name: str | None = "model") -> str | None:
+    """Why ``load_ranker(name)`` would give the heuristic, found without
+    loading the ranker (no torch, no weights read): nothing is installed
+    under the name, or its factory's optional ``missing()`` (an attribute of
+    the entry point's object, e.g. "no model file") names what is missing.
+    None when it may load (loading can still fail, and says why)."""
+    if name in (None, "heuristic"):
+        return None
+    from importlib import metadata
+
+    try:
+        found = [ep for ep in metadata.entry_points(group=RANKER_GROUP) if ep.name == name]
+        if not found:
+            return f"nothing is installed under {RANKER_GROUP} as {name!r}"
+        missing = getattr(found[0].load(), "missing", None)
+        return missing() if callable(missing) else None
+    except Exception as e:  # noqa: BLE001 - a broken install: loading it would say more
+        return f"{type(e).__name__}: {e}"
+
+
 def load_ranker(name: str | None = "model") -> Ranker:
     """The ranker called ``name``: ``"heuristic"`` (or None) is ``HEURISTIC``;
     any other name is looked up in the entry-point group ``leir.rankers``

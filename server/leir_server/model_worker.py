@@ -17,8 +17,9 @@ and target), and the heuristic otherwise (``PrecomputedRanker``).
   is never sent; one already running finishes unseen).
 - A child that dies, or does not answer within ``RANK_TIMEOUT_S``, is killed
   and replaced on the next request; that version keeps the heuristic.
-- A child whose ranker fell back to the heuristic (no model installed) says
-  so and is stopped; no other starts (``active`` stays "heuristic", which
+- When no model is installed (``leir.tools.ranking.ranker_missing``, which
+  reads no weights), no child starts at all; a child whose ranker fell back
+  to the heuristic anyway (the model failed to load) says so and is stopped; no other starts (``active`` stays "heuristic", which
   the server logs and reports), so a server without a model holds no
   process for it.
 - ``close`` stops the child (shutdown, exit, ``leir.restart``).
@@ -222,6 +223,8 @@ class ModelWorker:
             try:
                 answer = self._ask(request)
             except Exception as e:  # noqa: BLE001 - the worker is replaced; listing keeps the heuristic
+                if self.closed:
+                    return
                 logger.warning("model ranking of %s (version %s) failed: %s; the child is replaced", uri,
                                request.version, e)
                 self._kill()
@@ -244,14 +247,23 @@ class ModelWorker:
             from leir import sandbox
 
             ctx = sandbox.worker_context(sandbox.MEASUREMENT_PRELOAD)
-        self._conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=child_main, args=(child, self.factory), name="leir-model", daemon=True)
-        self.process.start()
+        conn, child = ctx.Pipe()
+        process = ctx.Process(target=child_main, args=(child, self.factory), name="leir-model", daemon=True)
+        process.start()
         child.close()
-        self.started += 1
-        if not self._conn.poll(self.timeout):
+        with self._cond:  # close() may run meanwhile, from another thread: it must find a started child or none
+            closed = self.closed
+            if not closed:
+                self.process, self._conn = process, conn
+                self.started += 1
+        if closed:
+            process.kill()
+            process.join(5)
+            conn.close()
+            raise RuntimeError("the worker was closed while its child started")
+        if not conn.poll(self.timeout):
             raise RuntimeError(f"the ranker did not load within {self.timeout:g} s")
-        kind, name = self._conn.recv()
+        kind, name = conn.recv()
         self.active = name
         if name == "heuristic":
             logger.warning("the model did not load (see the model worker's log): suggestions use the heuristic")
@@ -268,19 +280,40 @@ class ModelWorker:
         if self.active == "heuristic":
             return None  # the model did not load: no child is kept, and none is started again
         if self.process is None or not self.process.is_alive():
+            if self.started == 0 and self.factory == RANKER_FACTORY and self._missing():
+                return None
             self._kill()
             self._start()
             if self.active == "heuristic":
                 return None
-        self._conn.send((request.uri, request.version, request.text, request.language, request.kernel,
-                         request.target))
-        if not self._conn.poll(self.timeout):
+        conn = self._conn
+        if conn is None:
+            raise RuntimeError("the worker was closed")
+        conn.send((request.uri, request.version, request.text, request.language, request.kernel, request.target))
+        if not conn.poll(self.timeout):
             raise RuntimeError(f"no answer within {self.timeout:g} s")
-        return self._conn.recv()  # EOFError when the child died
+        return conn.recv()  # EOFError when the child died (or was killed by close)
+
+    def _missing(self) -> bool:
+        """Whether the model is known missing before any child starts
+        (``leir.tools.ranking.ranker_missing``: no model file, nothing
+        installed); then the heuristic is said to be in use, once, and no
+        process is ever started."""
+        from leir.tools.ranking import ranker_missing
+
+        reason = ranker_missing("model")
+        if reason is None:
+            return False
+        self.active = "heuristic"
+        logger.warning("no local model (%s): suggestions use the heuristic", reason)
+        if self.on_active is not None:
+            self.on_active("heuristic")
+        return True
 
     def _kill(self) -> None:
-        process, conn = self.process, self._conn
-        self.process = self._conn = None
+        with self._cond:
+            process, conn = self.process, self._conn
+            self.process = self._conn = None
         if process is not None:
             if process.is_alive():
                 process.kill()

@@ -183,3 +183,14 @@ class ModelRanker:
 def load_default() -> ModelRanker:
     """The shipped model (``$LEIR_MODEL_DIR`` overrides); raises when it is missing."""
     return ModelRanker.load(default_dir())
+
+
+def _missing() -> str | None:
+    """What ``load_default`` would miss, checked without loading anything
+    (``leir.tools.ranking.ranker_missing``)."""
+    path = default_dir()
+    absent = [n for n in ("config.json", "model.safetensors", "tokenizer.json") if not (path / n).is_file()]
+    return f"no model in {path} (missing {', '.join(absent)})" if absent else None
+
+
+load_default.missing = _missing
