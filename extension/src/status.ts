@@ -13,6 +13,8 @@ export interface StatusNotification {
   measuring: boolean;
   lastLatencyMs?: number;
   uri?: string;
+  /** What ranks the suggestions: "heuristic", or the local model's name (sent once the model worker knows). */
+  ranker?: string;
 }
 
 export type ServerState = "starting" | "running" | "stopped" | "failed";
@@ -28,6 +30,8 @@ export interface StatusState {
   lastUri?: string;
   /** Why the server failed, when it did. */
   failure?: string;
+  /** What ranks the suggestions, once the server has said (kept until it says otherwise). */
+  ranker?: string;
 }
 
 export function initialState(trusted: boolean): StatusState {
@@ -62,6 +66,7 @@ export function reduce(state: StatusState, event: StatusEvent): StatusState {
         // A notification without a latency keeps the last one shown.
         lastLatencyMs: latency ?? state.lastLatencyMs,
         lastUri: latency !== undefined ? s.uri : state.lastUri,
+        ranker: typeof s.ranker === "string" && s.ranker ? s.ranker : state.ranker,
       };
     }
   }
@@ -120,7 +125,19 @@ export function render(state: StatusState): StatusView {
     tooltip:
       (state.lastLatencyMs !== undefined
         ? `Last measured kernel: ${formatLatency(state.lastLatencyMs)} (median)${state.lastUri ? ` — ${state.lastUri}` : ""}. `
-        : "No kernel measured yet. ") + "Click to change the target (leir.target).",
+        : "No kernel measured yet. ") +
+      rankerText(state.ranker) +
+      "Click to change the target (leir.target).",
     command: "openSettings",
   };
+}
+
+/** The tooltip's sentence on what ranks the suggestions ("" before the server has said). */
+export function rankerText(ranker: string | undefined): string {
+  if (!ranker) {
+    return "";
+  }
+  return ranker === "heuristic"
+    ? "Suggestions ranked by the heuristic (no local model loaded). "
+    : `Suggestions ranked by the local model (${ranker}). `;
 }

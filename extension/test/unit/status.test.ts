@@ -42,6 +42,18 @@ describe("status bar", () => {
     assert.match(render(s).text, /12\.3 µs/);
   });
 
+  it("says what ranks the suggestions once the server has, and keeps it", () => {
+    let s = reduce(running(), { kind: "status", status: { target: "llvm", device: "cpu", measuring: false } });
+    assert.doesNotMatch(render(s).tooltip, /ranked/);
+    s = reduce(s, { kind: "status", status: { target: "llvm", device: "cpu", measuring: false, ranker: "heuristic" } });
+    assert.match(render(s).tooltip, /Suggestions ranked by the heuristic \(no local model loaded\)/);
+    s = reduce(s, { kind: "status", status: { target: "llvm", device: "cpu", measuring: false, ranker: "model" } });
+    s = reduce(s, { kind: "status", status: { target: "llvm", device: "cpu", measuring: true } });
+    s = reduce(s, { kind: "status", status: { target: "llvm", device: "cpu", measuring: false } });
+    assert.equal(s.ranker, "model");
+    assert.match(render(s).tooltip, /Suggestions ranked by the local model \(model\)/);
+  });
+
   it("stops spinning when the server stops", () => {
     let s = reduce(running(), { kind: "status", status: { target: "llvm", device: "cpu", measuring: true } });
     s = reduce(s, { kind: "server", state: "stopped" });
