@@ -123,3 +123,21 @@ def test_training_reads_each_candidate_as_the_ranker_does(lm_data, trained: Path
         whole = logprobs_full(model, tk.encode_prompt(tok, st.prompt()),
                               [tk.encode(tok, candidate_text(c.step)) for c in st.candidates])
         assert packed == pytest.approx(whole, abs=1e-3)
+
+
+@pytest.mark.parametrize("select, key", [("loss", "val_loss"), ("rank", "val_rank")])
+def test_the_kept_step_is_the_best_of_the_chosen_validation_figure(lm_data, tmp_path: Path, select, key):
+    from leir_models.lm.config import TINY_MODEL, TRAIN
+    from leir_models.lm.train import train
+
+    cfg = TRAIN.with_(seed=0, steps=6, batch_states=2, eval_every=1, model=TINY_MODEL, threads=1, vocab_size=512,
+                      select=select)
+    summary = train(cfg, lm_data, tmp_path / select, log=lambda line: None)
+    curve = summary["curve"]
+    assert len(curve) == 6 and len({p["val_loss"] for p in curve}) > 1
+    best = min(curve, key=lambda p: p[key])
+    assert summary["best_step"] == best["step"]
+    card = (tmp_path / select / "README.md").read_text()
+    assert ("best validation ranking loss" in card) == (select == "rank")
+    with pytest.raises(ValueError, match="select 'nope'"):
+        train(cfg.with_(select="nope"), lm_data, tmp_path / "nope", log=lambda line: None)

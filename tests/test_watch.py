@@ -159,6 +159,31 @@ def test_suggestions_are_one_per_transformation_and_loop(tmp_path):
     assert len(set(places)) == len(places)
 
 
+class _LogProb:
+    """A model-like ranker: every score a negative log-probability, in the heuristic's reverse order."""
+
+    name = "logprob"
+
+    def score(self, ctx, steps, target):
+        from leir.tools.ranking import HEURISTIC
+
+        return [(-1.0 - score, ("logprob",)) for score, _ in HEURISTIC.score(ctx, steps, target)]
+
+
+def test_another_ranker_orders_the_next_steps_and_the_report_names_it(tmp_path):
+    (tmp_path / "scale.leir").write_text(SCALE)
+    heuristic = watcher_on(tmp_path, suggestions=5)
+    heuristic.refresh("scale.leir")
+    by_model = watcher_on(tmp_path, suggestions=5, ranker=_LogProb())
+    by_model.refresh("scale.leir")
+
+    mine = [s.step for s in only_row(by_model, "scale.leir").suggestions]
+    theirs = [s.step for s in only_row(heuristic, "scale.leir").suggestions]
+    assert len(mine) == 5 and mine != theirs  # negative scores are a model's ranking, not "no idea"
+    assert all(s.facts == ("logprob",) for s in only_row(by_model, "scale.leir").suggestions)
+    assert by_model.report()["ranker"] == "logprob" and heuristic.report()["ranker"] == "heuristic"
+
+
 def test_a_modified_file_is_checked_again(tmp_path):
     w = watcher_on(tmp_path)
     path = tmp_path / "scale.leir"
@@ -613,6 +638,18 @@ def test_watch_once_prints_the_table_and_writes_the_report(tmp_path, examples_di
     assert [(r["file"], r["kernel"], r["status"]) for r in rows] == [
         ("bad.leir", None, "not UTF-8"), ("matmul.leir", "matmul", "ok")]
     assert rows[1]["best_step"]["title"] in lines[3]
+
+
+def test_watch_with_a_ranker_that_is_not_installed_says_so_and_ranks_with_the_heuristic(tmp_path):
+    (tmp_path / "scale.leir").write_text(SCALE)
+    report = tmp_path / "report.json"
+
+    out = watch_command(tmp_path, "--once", "--budget", "0", "--report", report, "--ranker", "no-such-ranker")
+
+    assert out.returncode == 0, out.stderr
+    assert "ranker 'no-such-ranker' did not load; ranking with the heuristic" in out.stderr
+    data = json.loads(report.read_text())
+    assert data["ranker"] == "heuristic" and data["rows"][0]["best_step"] is not None
 
 
 @pytest.mark.slow  # starts the measurement engine: builds and times one kernel

@@ -289,9 +289,12 @@ def _might_hold_kernels(text: str) -> bool:
     return bool(kernels)
 
 
-def top_suggestions(kernel: _Kernel, target: str, k: int = TOP_SUGGESTIONS, measured=None) -> list[NextStep]:
+def top_suggestions(kernel: _Kernel, target: str, k: int = TOP_SUGGESTIONS, measured=None,
+                    ranker=None) -> list[NextStep]:
     """The ``k`` best next steps of a kernel by ``leir.tools.suggest`` (measured
-    speedups first, then the analysis' rank), at most one per
+    speedups first, then ``ranker``'s order: the heuristic's when None, whose
+    steps scored 0 or less are left out; a model's scores are
+    log-probabilities, so every step it scored counts), at most one per
     (transformation, block, loop): three splits of one loop are one idea,
     not three. Only steps that change latency (the ones ``leir.tools.optimize``
     ranks); operator and algebraic rewrites change what is computed, which
@@ -300,11 +303,14 @@ def top_suggestions(kernel: _Kernel, target: str, k: int = TOP_SUGGESTIONS, meas
 
     if k <= 0:
         return []
+    from leir.tools.ranking import HEURISTIC
+
     found = suggest(kernel.text, kernel.language, kernel=None if kernel.language == "leir" else kernel.name,
-                    target=target, measured=measured)
+                    target=target, measured=measured, ranker=ranker)
+    heuristic = ranker is None or ranker is HEURISTIC
     out, seen = [], set()
     for s in found:
-        if s.score <= 0 and s.speedup is None:
+        if s.speedup is None and (s.score <= 0 if heuristic else s.score == 0):
             continue
         a = s.step.args
         where = (s.step.id, a.get("block"), a.get("loop"), json.dumps(a.get("loops")))
@@ -398,8 +404,10 @@ class Watcher:
     def __init__(self, root: str | os.PathLike, *, report: str | os.PathLike | None = None, target: str = "llvm",
                  budget: int = DEFAULT_BUDGET, suggestions: int = TOP_SUGGESTIONS,
                  debounce_s: float = DEFAULT_DEBOUNCE_S, measurer: EngineMeasurer | None = None,
-                 on_change: Callable[["Watcher"], None] | None = None):
+                 on_change: Callable[["Watcher"], None] | None = None, ranker=None):
         self.root = Path(root)
+        #: What ranks each kernel's next steps (``leir.tools.ranking``; the heuristic when None).
+        self.ranker = ranker
         if not self.root.is_dir():
             raise LeirError(f"{root}: not a directory")
         self.root = self.root.resolve()
@@ -525,7 +533,7 @@ class Watcher:
                 continue
             try:
                 row = Row(rel, k.name, suggestions=top_suggestions(k, self.target, self.suggestions,
-                                                                   self._measured_lookup()))
+                                                                   self._measured_lookup(), self.ranker))
             except Exception as e:  # noqa: BLE001 - a bug in ranking costs the suggestions, not the row
                 logger.exception("ranking %s:%s", rel, k.name)
                 row = Row(rel, k.name, "ok", f"could not rank the next steps: {type(e).__name__}: {e}")
@@ -694,6 +702,7 @@ class Watcher:
             "target": self.target,
             "device": self._measurer.device if self._measurer is not None else None,
             "budget": self.budget,
+            "ranker": getattr(self.ranker, "name", "heuristic"),
             "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "rows": [r.to_json() for r in self.rows()],
         }

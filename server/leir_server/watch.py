@@ -48,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--budget", metavar="N", type=_budget, default=DEFAULT_BUDGET,
                         help=f"new measurements per version of a file (default {DEFAULT_BUDGET}; 0: cached only)")
     parser.add_argument("--once", action="store_true", help="check and measure everything once, print, exit")
+    parser.add_argument("--ranker", default="heuristic", metavar="NAME",
+                        help="what ranks the next steps: heuristic (default) or model (the local model; the "
+                             "heuristic, with the reason on stderr, when none is installed)")
     return parser
 
 
@@ -151,6 +154,17 @@ class LineLog:
             self.out.flush()
 
 
+def _ranker(name: str):
+    """``--ranker NAME``'s ranker; a model that does not load says why on
+    stderr (``leir.tools.ranking.load_ranker`` logs it) and the heuristic ranks."""
+    from leir.tools.ranking import HEURISTIC, load_ranker
+
+    found = load_ranker(name)
+    if found is HEURISTIC and name != "heuristic":
+        print(f"{PROG}: ranker {name!r} did not load; ranking with the heuristic", file=sys.stderr)
+    return found
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from leir.errors import LeirError
@@ -160,7 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     tty = out.isatty() and not args.once
     try:
         watcher = Watcher(args.dir, report=args.report, target=args.target, budget=args.budget,
-                          on_change=None if args.once else (LiveTable(out) if tty else LineLog(out)))
+                          on_change=None if args.once else (LiveTable(out) if tty else LineLog(out)),
+                          ranker=_ranker(args.ranker))
     except LeirError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2

@@ -116,6 +116,11 @@ class TrainConfig:
     #: Evaluation of the validation loss every this many steps (and at the
     #: last); the curve goes to val_loss.png.
     eval_every: int = 50
+    #: Which validation figure picks the weights kept: "loss" (LM + ranking,
+    #: the default) or "rank" (the ranking loss alone). With a few hundred
+    #: training pairs the ranking loss is lowest long before the LM loss
+    #: (docs/model.md: step 400 of 850), and a ranker is used for its ranking.
+    select: str = "loss"
     #: Tokens of one sequence at most (prompt + step + reasoning); longer
     #: prompts are cut from the left, as at inference.
     max_tokens: int = 1024

@@ -13,8 +13,8 @@ Reads top to bottom, as nanoGPT's train.py does:
    (``softplus(-(logp(faster) - logp(slower)))`` over each state's pairs,
    ``data.State.pairs``: slower steps are negatives, never targets);
 6. every ``eval_every`` steps, the same losses on the validation split, and
-   the pairwise accuracy there; the weights of the best validation loss are
-   the ones kept;
+   the pairwise accuracy there; the weights of the best validation loss
+   (or ranking loss alone: ``TrainConfig.select``) are the ones kept;
 7. write ``OUT/model.safetensors`` (``safetensors.torch.save_model``: tied
    embeddings stored once), ``OUT/config.json`` (the ``LlamaConfig``),
    ``OUT/tokenizer.json``, ``OUT/training.json`` (settings, figures, the
@@ -187,6 +187,13 @@ def evaluate_loss(model, states: list[State], tok, cfg: TrainConfig) -> dict:
             "pair_accuracy": right / pairs if pairs else None, "pairs": pairs}
 
 
+def _criterion(v: dict, cfg: TrainConfig) -> float:
+    """The validation figure that picks the kept weights (``TrainConfig.select``)."""
+    if cfg.select == "rank":
+        return v["rank"] if v["pairs"] else math.inf
+    return v["loss"]
+
+
 # ------------------------------------------------------------ the run
 
 
@@ -253,7 +260,9 @@ def _train(cfg: TrainConfig, data: str | Path, out: str | Path, log: Callable[[s
     rng = random.Random(cfg.seed)
     order: list[State] = []
     curve, tokens_seen = [], 0
-    best = {"loss": math.inf, "step": -1, "weights": None}
+    if cfg.select not in ("loss", "rank"):
+        raise ValueError(f"select {cfg.select!r}: expected loss or rank")
+    best = {"criterion": math.inf, "loss": math.inf, "step": -1, "weights": None}
     for step in range(cfg.steps):
         if len(order) < cfg.batch_states:
             epoch = train_states[:]
@@ -280,8 +289,8 @@ def _train(cfg: TrainConfig, data: str | Path, out: str | Path, log: Callable[[s
             log(f"step {step + 1}: train lm {point['train_lm']:.3f} rank {point['train_rank']:.3f}; "
                 f"validation lm {v['lm']:.3f} rank {v['rank']:.3f} pairs right {acc}; {tokens_seen} tokens, "
                 f"{point['seconds']:.0f} s")
-            if v["loss"] < best["loss"]:
-                best = {"loss": v["loss"], "step": step + 1,
+            if _criterion(v, cfg) < best["criterion"]:
+                best = {"criterion": _criterion(v, cfg), "loss": v["loss"], "step": step + 1,
                         "weights": {k: t.detach().clone() for k, t in model.state_dict().items()}}
     if best["weights"] is not None:
         model.load_state_dict(best["weights"])
@@ -305,7 +314,7 @@ def _train(cfg: TrainConfig, data: str | Path, out: str | Path, log: Callable[[s
     (out / "README.md").write_text(model_card(summary, config.to_dict()), encoding="utf-8")
     if len(curve) >= 1:
         plot_curve(curve, out / "val_loss.png")
-    log(f"saved {out}: best validation loss {best['loss']:.3f} at step {best['step']}; "
+    log(f"saved {out}: kept step {best['step']} (best validation {cfg.select}; loss {best['loss']:.3f}); "
         f"{tokens_seen} tokens in {seconds:.0f} s")
     return summary
 
@@ -336,7 +345,7 @@ the machine; it never generates a step.
 - Training: {cfg['steps']} AdamW steps of {cfg['batch_states']} states, peak learning rate {cfg['learning_rate']},
   cosine to {cfg['min_lr_ratio']}x; {summary['tokens_seen']:,} tokens in {summary['seconds']:.0f} s on
   {summary['torch_threads']} torch threads.
-- Kept: the step of the best validation loss, {summary['best_step']} ({summary['best_val_loss']:.3f}; LM
+- Kept: the step of the best validation {'ranking loss' if cfg.get('select') == 'rank' else 'loss'}, {summary['best_step']} ({summary['best_val_loss']:.3f}; LM
   {best.get('val_lm', float('nan')):.3f}, ranking {best.get('val_rank', float('nan')):.3f}, validation pairs
   ordered right {'-' if acc is None else f'{acc:.2f}'}); at the last step the validation loss was
   {last.get('val_loss', float('nan')):.3f}. Curve: `val_loss.png`.
