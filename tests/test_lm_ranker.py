@@ -162,3 +162,25 @@ def test_ranker_missing_says_why_without_loading_anything(lm_model_dir, tmp_path
     monkeypatch.setenv("LEIR_MODEL_DIR", str(lm_model_dir))
     assert ranker_missing("model") is None
     assert isinstance(load_ranker("model"), ModelRanker)
+
+
+def test_a_shipped_model_is_float16_and_ranks_as_the_trained_one(lm_model_dir, tmp_path):
+    from safetensors import safe_open
+
+    from leir_models.lm.store import ship
+
+    out = ship(lm_model_dir, tmp_path / "shipped")
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        dtypes = {str(f.get_tensor(k).dtype) for k in f.keys()}
+        assert f.metadata()["dtype"] == "float16"
+    assert dtypes == {"torch.float16"}
+    assert (out / "model.safetensors").stat().st_size < 0.6 * (lm_model_dir / "model.safetensors").stat().st_size
+    assert not list(out.glob(".*.part"))
+    analysis = load_leir(SOFTMAX).analysis
+    trained = {r.step.key: r.score for r in rank(analysis, ranker=ModelRanker.load(lm_model_dir))}
+    shipped = {r.step.key: r.score for r in rank(analysis, ranker=ModelRanker.load(out))}
+    assert trained.keys() == shipped.keys()
+    assert max(abs(trained[k] - shipped[k]) for k in trained) < 0.05  # float16 weights, float32 arithmetic
+    import torch
+
+    assert {p.dtype for p in ModelRanker.load(out).model.parameters()} == {torch.float32}  # computed in float32

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from leir_models.lm import tokenizer as tk
 
-__all__ = ["DATA_DIR", "default_dir", "load_model"]
+__all__ = ["DATA_DIR", "SHIPPED_FILES", "default_dir", "load_model", "ship"]
 
 #: The shipped model's directory.
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -38,3 +38,46 @@ def load_model(path: str | Path):
 def default_dir() -> Path:
     """``$LEIR_MODEL_DIR`` when set, else the shipped model's directory."""
     return Path(os.environ["LEIR_MODEL_DIR"]) if os.environ.get("LEIR_MODEL_DIR") else DATA_DIR
+
+
+#: What a shipped model directory holds (``ship`` copies them).
+SHIPPED_FILES = ("model.safetensors", "config.json", "tokenizer.json", "training.json", "README.md")
+
+
+def ship(model_dir: str | Path, out_dir: str | Path = DATA_DIR) -> Path:
+    """Copy a trained model (``leir model train``'s directory) to ``out_dir``
+    (the package's shipped model by default) with its weights stored as
+    float16: half the size of float32 (a 5M-parameter model's 20 MB would
+    not fit the repository's 16 MiB a file), and loaded back into the
+    float32 model by ``load_model`` (``load_state_dict`` casts). Raises
+    ``ValueError`` when a weight does not fit float16 (it would become
+    infinite). Each file is written beside its destination and renamed over
+    it, so a reader never sees half a model file."""
+    import json
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    src, out = Path(model_dir), Path(out_dir)
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        if not (src / name).is_file():
+            raise FileNotFoundError(f"{src / name} is missing (train one with `leir model train --out {src}`)")
+    tensors = load_file(str(src / "model.safetensors"))
+    half = {}
+    for key, t in tensors.items():
+        h = t.to(torch.float16).contiguous() if t.is_floating_point() else t.contiguous()
+        if h.is_floating_point() and not torch.isfinite(h).all():
+            raise ValueError(f"{src / 'model.safetensors'}: {key} does not fit float16")
+        half[key] = h
+    out.mkdir(parents=True, exist_ok=True)
+    staged = out / ".model.safetensors.part"
+    save_file(half, str(staged), metadata={"format": "pt", "dtype": "float16",
+                                           "from": json.dumps({"dir": str(src), "dtype": "float32"})})
+    os.replace(staged, out / "model.safetensors")
+    for name in SHIPPED_FILES[1:]:
+        if (src / name).is_file():
+            part = out / f".{name}.part"
+            shutil.copyfile(src / name, part)
+            os.replace(part, out / name)
+    return out
