@@ -98,6 +98,8 @@ demo: install
 	  $(LEIR) optimize examples/$$stem.leir $(OPTIMIZE_ARGS) --write $(DEMO_OUT)/$$stem.optimized.leir; \
 	  echo "optimized program: $(DEMO_OUT)/$$stem.optimized.leir"; \
 	done
+	@echo "== leir suggest examples/matmul.leir --ranker model --top 5 (the shipped model; the heuristic, and why, without one)"
+	$(LEIR) suggest examples/matmul.leir --ranker model --top 5
 
 # pytest exits 5 when it collected no test; that is a failure here too.
 test: install
