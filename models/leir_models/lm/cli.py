@@ -41,6 +41,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     reasoning_parser(r)
 
+    s = sub.add_parser("train-sol", help="train the SOL policy (per-token MLP compute) on a trained model, then "
+                                         "evaluate it at matched budgets (docs/sol.md)")
+    s.add_argument("--model", required=True, metavar="DIR", help="a trained model directory (`leir model train`)")
+    s.add_argument("--data", default=DEFAULT_DATA, metavar="DIR", help=f"a dataset directory (default {DEFAULT_DATA})")
+    s.add_argument("--out", required=True, metavar="DIR", help="where policy.safetensors, policy.json and "
+                                                               "train_log.json go (beside the model, to ship it)")
+    s.add_argument("--steps", type=int, help="policy updates (default: sol.train.SOL_TRAIN's)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    s.add_argument("--eval-sequences", type=int, metavar="N", help="held-out sequences evaluated (0: all)")
+    s.add_argument("--no-eval", action="store_true", help="train only")
+
     k = sub.add_parser("tokens", help="tokens per sample: the model's BPE against SmolLM2's")
     k.add_argument("--data", default=DEFAULT_DATA, metavar="DIR")
     k.add_argument("--vocab", type=int, default=4096)
@@ -89,6 +101,15 @@ def _run(args) -> int:
         from leir_models.lm.reasoning import run
 
         return run(args)
+    if args.cmd == "train-sol":
+        from leir_models.sol.train import SOL_TRAIN, train_sol
+
+        changes = {"seed": args.seed, "threads": args.threads}
+        for name, value in (("steps", args.steps), ("eval_sequences", args.eval_sequences)):
+            if value is not None:
+                changes[name] = value
+        train_sol(args.model, args.data, args.out, SOL_TRAIN.with_(**changes), evaluate_after=not args.no_eval)
+        return 0
     from leir_models.lm.tokenizer import main as tokens_main
 
     return tokens_main(["compare", "--data", args.data, "--vocab", str(args.vocab)] + (["--json"] if args.json else []))

@@ -3,6 +3,15 @@
 ``knobs``: the MLP keep fraction as a physically smaller matrix product
 (channels reordered once by importance, then a prefix kept). ``onnx_blocks``:
 each MLP variant (keep fraction x fp32/int8) exported to ONNX and run with
-ONNX Runtime. Importing this package imports neither torch nor onnxruntime;
-its modules do.
+ONNX Runtime. ``policy``: ``SolPolicy``, the small network that picks each
+token's keep fraction (``ACTIONS``, ``net_keep``, ``load_policy``).
+``decode``: the decode loop (dense prefill, then one token at a time at the
+policy's, a static or the dense keep; ``generate``) and the teacher-forced
+scoring of a schedule (``teacher_forced``, the cache restored between
+rollouts and replayed densely after an episode). ``train``: ``train_sol``,
+SOL's counterfactual-group training and the evaluation at matched budgets
+(``leir model train-sol``). Importing this package imports neither torch
+nor onnxruntime; its modules do.
 """
+
+__all__ = ["decode", "knobs", "onnx_blocks", "policy", "train"]

@@ -1,0 +1,405 @@
+"""The SOL decode loop: a dense prefill, then one token at a time, each run
+at the MLP keep fraction an action picks (docs/sol.md).
+
+The model is ``prepare``\\ d once: its MLP channels put in the order the
+policy was trained with (``knobs.reorder_channels``; the logits do not
+change) and its MLPs replaced by ``knobs.SlicedMLP``, so ``knobs.set_keep``
+before a token makes that token's MLP products physically smaller (``n =
+keep_width(I, keep)`` channels, not a mask; the tests record the ``aten.mm``
+shapes). The key/value cache is carried from token to token as in
+``leir_models.lm.reasoning.decode_greedy``.
+
+- ``generate``: greedy decoding of a prompt in one of three modes:
+  ``"dense"`` (keep 1 everywhere, no policy), ``"static"`` (one fixed
+  action for every token) and ``"sol"`` (the policy picks each token's
+  action, greedily or sampled). Returns the tokens, the actions, the net keep
+  realized, the FLOPs per token (model and policy) and wall tokens/s.
+- ``teacher_forced``: the log-probabilities of the true next tokens of an
+  episode under a schedule of actions (given, or picked by the policy as it
+  goes), after a ``Prefill``; the cache is cropped back to the prefill's
+  length afterwards, so every rollout of a group starts from the same clean
+  cache. ``replay_dense`` then extends the cache with the episode's tokens
+  run densely: SOL's fix for KV pollution (tokens decoded cheaply leave
+  degraded keys and values behind), so the next episode sees a clean cache.
+
+``python -m leir_models.sol.decode --model DIR --policy DIR`` (``measure``)
+prints tokens/s, FLOPs per token and net keep of every mode on held-out
+prompts.
+
+**FLOPs** (``flops_per_token``) are counted from the shapes, 2 per
+multiply-add, for one token attending to ``L`` positions (itself included):
+per layer the q/k/v/o projections (``2 D (H + 2 Hkv + H) hd``), the attention
+scores and weighted sum (``4 H hd L``) and the MLP (``6 D n``), then the
+output head (``2 D V``). Not counted: the embedding lookup (a gather, no
+arithmetic), the norms, RoPE, softmax, SiLU and residual additions
+(elementwise, under 1% here). The net keep of a token is the MLP share only
+(``policy.net_keep``); its total FLOPs include attention and the head,
+which every action runs densely.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from leir_models.sol import knobs
+from leir_models.sol.policy import ACTIONS, SolPolicy, net_keep
+
+MODES = ("dense", "static", "sol")
+
+
+# ------------------------------------------------------------ the model, prepared
+
+
+def order_importance(order: torch.Tensor) -> torch.Tensor:
+    """An importance vector whose stable descending sort is ``order``: what
+    makes ``knobs.reorder_channels`` apply a stored permutation."""
+    imp = torch.empty(len(order), dtype=torch.float32)
+    imp[order.to(torch.int64)] = torch.arange(len(order), 0, -1, dtype=torch.float32)
+    return imp
+
+
+def prepare(model, channel_orders: Sequence[torch.Tensor] | None = None):
+    """``model`` (in place) with its MLP channels in ``channel_orders`` (a
+    trained policy's: ``policy.load_policy``) and its MLPs sliceable; a model
+    already prepared only has its orders applied. Returns ``model``."""
+    if channel_orders:
+        knobs.reorder_channels(model, [order_importance(o) for o in channel_orders])
+    if not any(isinstance(m, knobs.SlicedMLP) for m in model.modules()):
+        knobs.install_sliced_mlps(model)
+    return model.eval()
+
+
+def intermediate_size(model) -> int:
+    return int(model.config.intermediate_size)
+
+
+def flops_per_token(config, context: int, keep: float = 1.0) -> int:
+    """FLOPs of one decoded token attending to ``context`` positions at MLP
+    keep ``keep`` (module doc: embedding, norms and elementwise work excluded)."""
+    d, layers, inter = config.hidden_size, config.num_hidden_layers, config.intermediate_size
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    hd = getattr(config, "head_dim", None) or d // heads
+    n = knobs.keep_width(inter, keep)
+    projections = 2 * d * hd * (2 * heads + 2 * kv_heads)
+    attention = 4 * heads * hd * context
+    mlp = 6 * d * n
+    return layers * (projections + attention + mlp) + 2 * d * config.vocab_size
+
+
+@dataclass
+class Prefill:
+    """The state after reading ``length`` tokens densely: the cache, and the
+    last position's final hidden state ``(D,)`` and logits ``(V,)`` (which
+    predict token ``length``)."""
+
+    cache: object
+    length: int
+    hidden: torch.Tensor
+    logits: torch.Tensor
+
+
+@torch.no_grad()
+def run_tokens(model, ids: Sequence[int], start: int, cache=None, keep: float = 1.0):
+    """Run ``ids`` at positions ``start..`` on ``cache`` at MLP keep ``keep``:
+    (final hidden states ``(T, D)``, logits ``(T, V)``, the cache)."""
+    knobs.set_keep(model, keep)
+    positions = torch.arange(start, start + len(ids))[None]  # (1, T)
+    out = model.model(input_ids=torch.tensor([list(ids)]), position_ids=positions, cache=cache, use_cache=True)
+    hidden = out.last_hidden_state[0]  # (T, D), after the final norm
+    return hidden, model.lm_head(hidden).float(), out.cache
+
+
+def prefill(model, ids: Sequence[int]) -> Prefill:
+    """Read ``ids`` densely (keep 1)."""
+    hidden, logits, cache = run_tokens(model, ids, 0, None, 1.0)
+    return Prefill(cache, len(ids), hidden[-1], logits[-1])
+
+
+def restore(state: Prefill) -> None:
+    """Crop ``state.cache`` back to ``state.length`` tokens (what a rollout added goes)."""
+    extra = state.cache.get_seq_length() - state.length
+    if extra > 0:
+        state.cache.crop(-extra)
+
+
+def replay_dense(model, state: Prefill, tokens: Sequence[int]) -> Prefill:
+    """``state`` extended by ``tokens`` run densely (in place on its cache,
+    after ``restore``): SOL's replay after an episode."""
+    restore(state)
+    hidden, logits, cache = run_tokens(model, tokens, state.length, state.cache, 1.0)
+    return Prefill(cache, state.length + len(tokens), hidden[-1], logits[-1])
+
+
+def embed(model, token: int) -> torch.Tensor:
+    """The input embedding of ``token``, ``(D,)``."""
+    return model.get_input_embeddings().weight[token]
+
+
+# ------------------------------------------------------------ choosing actions
+
+
+class Chooser:
+    """The per-episode bookkeeping of the policy's inputs (``policy``
+    module doc): the position, the running deviation of the realized net
+    keep from the target, the previous action; reset every ``episode`` steps."""
+
+    def __init__(self, policy: SolPolicy, target: float, intermediate: int | None = None):
+        self.policy, self.target, self.intermediate = policy, float(target), intermediate
+        self.episode = policy.config.episode
+        self.reset()
+
+    def reset(self) -> None:
+        self.step, self.kept, self.previous = 0, 0.0, None
+
+    def features(self, hidden: torch.Tensor, token_embedding: torch.Tensor) -> torch.Tensor:
+        deviation = self.kept / self.step - self.target if self.step else 0.0
+        return self.policy.features(hidden, token_embedding, self.target, deviation, self.step / self.episode,
+                                    self.previous)
+
+    def choose(self, feats: torch.Tensor, greedy: bool, generator: torch.Generator | None) -> tuple[int, float]:
+        """(action, its log-probability under the policy)."""
+        with torch.no_grad():
+            logp = torch.log_softmax(self.policy(feats), -1)
+        action = int(logp.argmax()) if greedy else int(torch.multinomial(logp.exp(), 1, generator=generator))
+        return action, float(logp[action])
+
+    def advance(self, action: int) -> None:
+        self.kept += net_keep(action, self.intermediate)
+        self.previous = action
+        self.step += 1
+        if self.step >= self.episode:
+            self.reset()
+
+
+# ------------------------------------------------------------ the decode loop
+
+
+@dataclass
+class Decoded:
+    """One generation."""
+
+    mode: str
+    #: Generated token ids (the stop token not included).
+    tokens: list[int]
+    #: The action of each single-token forward pass (indices into ``ACTIONS``).
+    actions: list[int]
+    #: Mean net keep (MLP FLOPs share) over those passes; 1.0 when none ran.
+    net_keep: float
+    #: Mean FLOPs of one pass: the model's and the policy's (``flops_policy``).
+    flops_per_token: float
+    flops_policy: int
+    #: Mean FLOPs of a dense pass at the same positions (for the ratio).
+    flops_dense: float
+    #: Passes per second of the decode loop (the prefill's time excluded).
+    tokens_per_s: float
+    seconds: float
+    prefill_seconds: float
+    stopped: str
+
+    def to_json(self) -> dict:
+        return {"mode": self.mode, "tokens": len(self.tokens), "net_keep": round(self.net_keep, 4),
+                "flops_per_token": round(self.flops_per_token), "flops_dense": round(self.flops_dense),
+                "flops_policy": self.flops_policy, "tokens_per_s": round(self.tokens_per_s, 1),
+                "seconds": round(self.seconds, 4), "prefill_seconds": round(self.prefill_seconds, 4),
+                "stopped": self.stopped, "actions": [ACTIONS[a] for a in self.actions]}
+
+
+def generate(model, prompt_ids: Sequence[int], max_tokens: int, mode: str = "dense", *, policy: SolPolicy | None = None,
+             action: int = 0, target: float = 1.0, greedy_policy: bool = True, generator: torch.Generator | None = None,
+             stop_ids: Sequence[int] | None = None) -> Decoded:
+    """Greedy decoding of ``prompt_ids`` for at most ``max_tokens`` tokens on a
+    ``prepare``\\ d model. ``mode``: ``"dense"``, ``"static"`` (``action`` for
+    every pass) or ``"sol"`` (``policy`` at budget ``target``; its own action
+    greedy unless ``greedy_policy`` is False). Stops at a token of
+    ``stop_ids`` (default: the model's eos) or at the context's end."""
+    if mode not in MODES:
+        raise ValueError(f"mode {mode!r} is not one of {MODES}")
+    if mode == "sol" and policy is None:
+        raise ValueError("mode 'sol' needs a policy")
+    stops = set(stop_ids if stop_ids is not None else [model.config.eos_token_id])
+    limit = model.config.max_position_embeddings
+    inter = intermediate_size(model)
+    chooser = Chooser(policy, target, inter) if mode == "sol" else None
+    out: list[int] = []
+    actions: list[int] = []
+    flops = dense_flops = 0.0
+    start = time.perf_counter()
+    state = prefill(model, prompt_ids)
+    prefill_seconds = time.perf_counter() - start
+    hidden, logits, cache, length = state.hidden, state.logits, state.cache, state.length
+    stopped = "max_tokens"
+    while len(out) < max_tokens:
+        token = int(logits.argmax())
+        if token in stops:
+            stopped = "eos"
+            break
+        out.append(token)
+        if len(out) == max_tokens:
+            break
+        if length >= limit:
+            stopped = "context"
+            break
+        if chooser is not None:
+            a, _ = chooser.choose(chooser.features(hidden, embed(model, token)), greedy_policy, generator)
+            chooser.advance(a)
+        else:
+            a = action if mode == "static" else 0
+        h, lg, cache = run_tokens(model, [token], length, cache, ACTIONS[a])
+        hidden, logits = h[-1], lg[-1]
+        length += 1
+        actions.append(a)
+        flops += flops_per_token(model.config, length, ACTIONS[a])
+        dense_flops += flops_per_token(model.config, length, 1.0)
+    seconds = time.perf_counter() - start
+    knobs.set_keep(model, 1.0)
+    passes = len(actions)
+    policy_flops = policy.policy_flops() if chooser is not None else 0
+    decode_seconds = seconds - prefill_seconds
+    return Decoded(mode, out, actions,
+                   sum(net_keep(a, inter) for a in actions) / passes if passes else 1.0,
+                   flops / passes + policy_flops if passes else 0.0, policy_flops,
+                   dense_flops / passes if passes else 0.0,
+                   passes / decode_seconds if passes and decode_seconds > 0 else 0.0,
+                   seconds, prefill_seconds, stopped)
+
+
+# ------------------------------------------------------------ teacher-forced scoring
+
+
+@dataclass
+class Rollout:
+    """One schedule over an episode's true tokens."""
+
+    #: Actions, one per step.
+    actions: list[int]
+    #: log p(true next token) per step under the compressed model, ``(E,)``.
+    token_logprobs: torch.Tensor
+    #: The policy's inputs per step ``(E, F)`` and its log-probability of the
+    #: action taken ``(E,)`` (None for a given schedule).
+    features: torch.Tensor | None = None
+    action_logprobs: torch.Tensor | None = None
+    net_keep: float = 1.0
+    extra: dict = field(default_factory=dict)
+
+
+def teacher_forced(model, state: Prefill, tokens: Sequence[int], schedule: Sequence[int] | None = None, *,
+                   policy: SolPolicy | None = None, target: float = 1.0, greedy: bool = False,
+                   generator: torch.Generator | None = None) -> Rollout:
+    """Run ``tokens[:-1]`` after ``state`` one at a time and score ``tokens[1:]``:
+    step ``i`` runs ``tokens[i]`` at the keep of its action and yields log p(
+    ``tokens[i + 1]``). ``tokens[0]`` is the token ``state.logits`` predicts
+    (scored by the dense prefill, not here). The actions are ``schedule``, or
+    the ``policy``'s (sampled, or ``greedy``) at budget ``target``, from the
+    compressed model's hidden states as they come. The cache is restored to
+    ``state.length`` before and after."""
+    steps = len(tokens) - 1
+    if schedule is not None and len(schedule) != steps:
+        raise ValueError(f"a schedule of {len(schedule)} actions for {steps} steps")
+    if schedule is None and policy is None:
+        raise ValueError("teacher_forced needs a schedule or a policy")
+    inter = intermediate_size(model)
+    chooser = Chooser(policy, target, inter) if schedule is None else None
+    restore(state)
+    hidden, cache = state.hidden, state.cache
+    actions, lps, feats, alps = [], [], [], []
+    for i in range(steps):
+        if chooser is not None:
+            f = chooser.features(hidden, embed(model, tokens[i]))
+            a, alp = chooser.choose(f, greedy, generator)
+            chooser.advance(a)
+            feats.append(f)
+            alps.append(alp)
+        else:
+            a = int(schedule[i])
+        h, logits, cache = run_tokens(model, [tokens[i]], state.length + i, cache, ACTIONS[a])
+        hidden = h[-1]
+        lps.append(torch.log_softmax(logits[-1], -1)[tokens[i + 1]])
+        actions.append(a)
+    knobs.set_keep(model, 1.0)
+    restore(state)
+    return Rollout(actions, torch.stack(lps) if lps else torch.zeros(0),
+                   torch.stack(feats) if feats else None, torch.tensor(alps) if alps else None,
+                   sum(net_keep(a, inter) for a in actions) / steps if steps else 1.0)
+
+
+def dense_logprobs(model, ids: Sequence[int]) -> torch.Tensor:
+    """log p(ids[t + 1] | ids[:t + 1]) for every t, one dense forward pass
+    of the whole sequence (the reference the scoring is tested against)."""
+    with torch.no_grad():
+        knobs.set_keep(model, 1.0)
+        logits = model(input_ids=torch.tensor([list(ids)])).logits[0, :-1].float()
+        logp = torch.log_softmax(logits, -1)
+        return logp.gather(-1, torch.tensor(list(ids[1:]))[:, None])[:, 0]
+
+
+def perplexity(mean_logprob: float) -> float:
+    return math.exp(-mean_logprob)
+
+
+# ------------------------------------------------------------ the measurement
+
+
+def measure(model_dir, policy_dir, data_dir, prompts: int = 6, max_tokens: int = 64, targets=(0.5, 0.7),
+            split: str = "heldout") -> dict:
+    """Dense, static (each level) and SOL (each target) decoding of the
+    reasoning after the step of the first ``prompts`` records of ``split``:
+    mean tokens/s (decode loop only), FLOPs per token and net keep (SOL:
+    the policy's actions sampled as in training, seeded; and greedy). Every
+    mode decodes the same prompts greedily for ``max_tokens`` tokens (no
+    early stop, so each mode runs as many passes)."""
+    from leir_models.lm import tokenizer as tk
+    from leir_models.lm.data import candidate_text, load_records, prompt_text
+    from leir_models.lm.store import load_model
+    from leir_models.sol.policy import load_policy
+
+    model, tok = load_model(model_dir)
+    policy, orders = load_policy(policy_dir)
+    prepare(model, orders)
+    records = [r for r in load_records(data_dir)[0] if r.get("split") == split][:prompts]
+    ids = [tk.encode_prompt(tok, prompt_text(r["before"], r["tensors"], r["target"],
+                                             (r.get("reasoning_facts") or {}).get("machine") or {}))
+           + tk.encode(tok, candidate_text(r["step"])) for r in records]
+    runs = [("dense", {}), *((f"static {k:g}", {"mode": "static", "action": a}) for a, k in enumerate(ACTIONS)),
+            *((f"sol {t:g}", {"mode": "sol", "policy": policy, "target": t, "greedy_policy": False,
+                              "generator": torch.Generator().manual_seed(0)}) for t in targets),
+            *((f"sol greedy {t:g}", {"mode": "sol", "policy": policy, "target": t}) for t in targets)]
+    out = {}
+    generate(model, ids[0], 4, "dense", stop_ids=[])  # warm-up
+    for name, kw in runs:
+        kw = {"mode": "dense", **kw}
+        done = [generate(model, p, max_tokens, stop_ids=[], **kw) for p in ids]
+        passes = sum(len(d.actions) for d in done)
+        seconds = sum(d.seconds - d.prefill_seconds for d in done)
+        out[name] = {"tokens_per_s": round(passes / seconds, 1),
+                     "flops_per_token": round(sum(d.flops_per_token * len(d.actions) for d in done) / passes),
+                     "flops_dense": round(sum(d.flops_dense * len(d.actions) for d in done) / passes),
+                     "net_keep": round(sum(d.net_keep * len(d.actions) for d in done) / passes, 4)}
+    return {"prompts": len(ids), "max_tokens": max_tokens, "policy_flops": policy.policy_flops(), "runs": out}
+
+
+def main(argv=None) -> int:
+    import argparse
+    import json
+
+    p = argparse.ArgumentParser(prog="python -m leir_models.sol.decode",
+                                description="tokens/s and FLOPs per token: dense, static and SOL decoding")
+    p.add_argument("--model", required=True, metavar="DIR")
+    p.add_argument("--policy", required=True, metavar="DIR", help="what `leir model train-sol --out` wrote")
+    p.add_argument("--data", default="tests/data/dataset", metavar="DIR")
+    p.add_argument("--prompts", type=int, default=6)
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    print(json.dumps(measure(args.model, args.policy, args.data, args.prompts, args.max_tokens), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
