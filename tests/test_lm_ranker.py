@@ -184,3 +184,14 @@ def test_a_shipped_model_is_float16_and_ranks_as_the_trained_one(lm_model_dir, t
     import torch
 
     assert {p.dtype for p in ModelRanker.load(out).model.parameters()} == {torch.float32}  # computed in float32
+
+
+def test_leir_model_ship_copies_the_model_or_says_what_is_missing(lm_model_dir, tmp_path, capsys):
+    from leir.tools.cli import main
+
+    assert main(["model", "ship", "--model", str(lm_model_dir), "--out", str(tmp_path / "s")]) == 0
+    assert "float16" in capsys.readouterr().out
+    assert isinstance(ModelRanker.load(tmp_path / "s"), ModelRanker)
+    assert main(["model", "ship", "--model", str(tmp_path / "none"), "--out", str(tmp_path / "t")]) == 2
+    err = capsys.readouterr().err
+    assert "config.json is missing" in err and "Traceback" not in err and not (tmp_path / "t").exists()

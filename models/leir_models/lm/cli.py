@@ -28,6 +28,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--batch", type=int, metavar="B", help="states per step")
     t.add_argument("--eval-every", type=int, metavar="K", help="validation every K steps")
     t.add_argument("--threads", type=int, help="torch threads (default: the machine's cores)")
+    t.add_argument("--select", choices=["loss", "rank"], help="the validation figure that picks the kept weights: "
+                   "loss (LM + ranking, the default) or rank (the ranking loss alone)")
+
+    h = sub.add_parser("ship", help="copy a trained model, weights as float16, to the package's shipped model "
+                                    "(models/leir_models/lm/data) or --out")
+    h.add_argument("--model", required=True, metavar="DIR", help="a trained model directory (`leir model train`)")
+    h.add_argument("--out", metavar="DIR", help="where it goes (default: the shipped model's directory)")
 
     e = sub.add_parser("evaluate", help="top-1/top-3 agreement with the measured-best step, model against heuristic")
     e.add_argument("--model", metavar="DIR", help="a trained model directory (default: the shipped one)")
@@ -78,12 +85,18 @@ def _run(args) -> int:
 
         changes = {"seed": args.seed}
         for name, value in (("steps", args.steps), ("batch_states", args.batch), ("eval_every", args.eval_every),
-                            ("threads", args.threads)):
+                            ("threads", args.threads), ("select", args.select)):
             if value is not None:
                 changes[name] = value
         if args.tiny:
             changes["model"] = TINY_MODEL
         train(TRAIN.with_(**changes), args.data, args.out)
+        return 0
+    if args.cmd == "ship":
+        from leir_models.lm.store import DATA_DIR, ship
+
+        out = ship(args.model, args.out or DATA_DIR)
+        print(f"shipped {args.model} to {out} (float16 weights)")
         return 0
     if args.cmd == "evaluate":
         from leir_models.lm.data import load_states
