@@ -60,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--eval-sequences", type=int, metavar="N", help="held-out sequences evaluated (0: all)")
     s.add_argument("--no-eval", action="store_true", help="train only")
 
+    g = sub.add_parser("generate", help="the step the model proposes for a .leir file and its reasoning, decoded "
+                                        "under the SOL policy (or dense), with tokens/s and the runtime (docs/sol.md)")
+    from leir_models.sol.generate import add_arguments as generate_arguments
+
+    generate_arguments(g)
+
     k = sub.add_parser("tokens", help="tokens per sample: the model's BPE against SmolLM2's")
     k.add_argument("--data", default=DEFAULT_DATA, metavar="DIR")
     k.add_argument("--vocab", type=int, default=4096)
@@ -123,6 +129,10 @@ def _run(args) -> int:
                 changes[name] = value
         train_sol(args.model, args.data, args.out, SOL_TRAIN.with_(**changes), evaluate_after=not args.no_eval)
         return 0
+    if args.cmd == "generate":
+        from leir_models.sol.generate import run as generate_run
+
+        return generate_run(args)
     from leir_models.lm.tokenizer import main as tokens_main
 
     return tokens_main(["compare", "--data", args.data, "--vocab", str(args.vocab)] + (["--json"] if args.json else []))
