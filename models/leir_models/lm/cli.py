@@ -1,4 +1,4 @@
-"""``leir model train|evaluate|reasoning|tokens``: the model's commands.
+"""``leir model train|ship|evaluate|reasoning|train-sol|generate|tokens``: the model's commands.
 
 ``leir.tools.cli`` does not import this package: its ``model`` subcommand
 finds ``main`` through the entry-point group ``leir.models`` (name ``lm``)

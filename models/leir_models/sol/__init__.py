@@ -10,8 +10,11 @@ policy's, a static or the dense keep; ``generate``) and the teacher-forced
 scoring of a schedule (``teacher_forced``, the cache restored between
 rollouts and replayed densely after an episode). ``train``: ``train_sol``,
 SOL's counterfactual-group training and the evaluation at matched budgets
-(``leir model train-sol``). Importing this package imports neither torch
+(``leir model train-sol``). ``ort_runtime``: the decode loop's MLPs run by
+ONNX Runtime sessions (fp32 or int8, the providers really in use reported).
+``generate``: ``leir model generate``, the model's step and its reasoning
+decoded under the policy. Importing this package imports neither torch
 nor onnxruntime; its modules do.
 """
 
-__all__ = ["decode", "knobs", "onnx_blocks", "policy", "train"]
+__all__ = ["decode", "generate", "knobs", "onnx_blocks", "ort_runtime", "policy", "train"]
