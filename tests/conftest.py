@@ -15,6 +15,21 @@ from lm_fixtures import lm_data, lm_model_dir  # noqa: F401
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(scope="session")
+def _no_model_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("no-model")
+
+
+@pytest.fixture(autouse=True)
+def no_shipped_model(_no_model_dir, monkeypatch):
+    """Every test (and every server or CLI process it starts) sees no local
+    model (``LEIR_MODEL_DIR``: an empty directory), so that what a test
+    checks does not depend on whether a model ships, and no server loads
+    torch for one; a test of the model sets its own directory (or removes
+    the variable, for the shipped one)."""
+    monkeypatch.setenv("LEIR_MODEL_DIR", str(_no_model_dir))
+
+
 @pytest.fixture
 def examples_dir() -> Path:
     """The bundled workloads, ``examples/*.leir`` (see examples/README.md)."""

@@ -90,7 +90,7 @@ def test_leir_model_train_goes_through_the_entry_point(lm_data, tmp_path: Path, 
     assert main(["model", "train", "--tiny", "--steps", "2", "--batch", "2", "--threads", "1",
                  "--data", str(lm_data), "--out", str(tmp_path / "m")]) == 0
     assert set(FILES) <= {p.name for p in (tmp_path / "m").iterdir()}
-    assert "best validation loss" in capsys.readouterr().out
+    assert "kept step 2 (best validation rank;" in capsys.readouterr().out
     assert main(["model", "train", "--data", str(tmp_path / "nothing"), "--out", str(tmp_path / "n")]) == 2
     assert "no records.jsonl" in capsys.readouterr().err
 

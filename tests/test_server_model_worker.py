@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -204,7 +205,7 @@ async def test_the_setting_decides_whether_a_model_process_starts(bare_lsp, enab
 
     from lsp_fixtures import LEIR_SETTINGS, initialize
 
-    assert "LEIR_MODEL_DIR" not in os.environ
+    assert not any(Path(os.environ["LEIR_MODEL_DIR"]).iterdir())  # tests/conftest.py: no model
     await initialize(bare_lsp, settings={**LEIR_SETTINGS, "modelEnabled": enabled})
     uri = await bare_lsp.open("plain.leir", TEXT)
     await bare_lsp.wait_for_diagnostics(uri, version=1)

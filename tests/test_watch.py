@@ -160,7 +160,7 @@ def test_suggestions_are_one_per_transformation_and_loop(tmp_path):
 
 
 class _LogProb:
-    """A model-like ranker: every score a negative log-probability, in the heuristic's reverse order."""
+    """A model-like ranker: every score negative (as a log-probability), in the heuristic's reverse order."""
 
     name = "logprob"
 

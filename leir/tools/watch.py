@@ -293,8 +293,8 @@ def top_suggestions(kernel: _Kernel, target: str, k: int = TOP_SUGGESTIONS, meas
                     ranker=None) -> list[NextStep]:
     """The ``k`` best next steps of a kernel by ``leir.tools.suggest`` (measured
     speedups first, then ``ranker``'s order: the heuristic's when None, whose
-    steps scored 0 or less are left out; a model's scores are
-    log-probabilities, so every step it scored counts), at most one per
+    steps scored 0 or less are left out; a model's scores may be negative,
+    so every step it scored counts), at most one per
     (transformation, block, loop): three splits of one loop are one idea,
     not three. Only steps that change latency (the ones ``leir.tools.optimize``
     ranks); operator and algebraic rewrites change what is computed, which

@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--eval-every", type=int, metavar="K", help="validation every K steps")
     t.add_argument("--threads", type=int, help="torch threads (default: the machine's cores)")
     t.add_argument("--select", choices=["loss", "rank"], help="the validation figure that picks the kept weights: "
-                   "loss (LM + ranking, the default) or rank (the ranking loss alone)")
+                   "rank (the ranking loss alone, the default) or loss (LM + ranking)")
 
     h = sub.add_parser("ship", help="copy a trained model, weights as float16, to the package's shipped model "
                                     "(models/leir_models/lm/data) or --out")

@@ -71,12 +71,13 @@ class TrainConfig:
     #: initialisation and the batches. Same seed, same data, same thread
     #: count: the same weights, bit for bit (tested).
     seed: int = 0
-    #: Optimizer steps. 850 steps of 4 states (~1,650 tokens a step: each
-    #: state's prompt once, its candidates as branches) is about 20 minutes
-    #: on one core of this machine, measured at ~1,000 tokens/s with another
-    #: job on the other (docs/model.md has the run): ~30 passes over the
-    #: committed sample's 111 training states.
-    steps: int = 850
+    #: Optimizer steps. 400 steps of 4 states (~2,650 tokens a step: each
+    #: state's prompt once, its ~10 measured candidates as branches) is about
+    #: 19 minutes on one core of this machine (~950 tokens/s with the other
+    #: core busy; docs/model.md has the run): about 3 passes over the shipped
+    #: data's 520 training states, past which the validation ranking loss
+    #: stopped improving.
+    steps: int = 400
     #: States per step: 4 sequences of ~400 tokens (the prompt and every
     #: measured candidate as a branch after it), the batch size the 7M
     #: measurement used (4 x 512 tokens).
@@ -115,12 +116,13 @@ class TrainConfig:
     reasoning: bool = True
     #: Evaluation of the validation loss every this many steps (and at the
     #: last); the curve goes to val_loss.png.
-    eval_every: int = 50
-    #: Which validation figure picks the weights kept: "loss" (LM + ranking,
-    #: the default) or "rank" (the ranking loss alone). With a few hundred
+    eval_every: int = 25
+    #: Which validation figure picks the weights kept: "rank" (the ranking
+    #: loss alone, the default) or "loss" (LM + ranking). With a few hundred
     #: training pairs the ranking loss is lowest long before the LM loss
-    #: (docs/model.md: step 400 of 850), and a ranker is used for its ranking.
-    select: str = "loss"
+    #: (docs/model.md: step 400 of 850), and a ranker is used for its ranking:
+    #: the shipped model is kept on it.
+    select: str = "rank"
     #: Tokens of one sequence at most (prompt + step + reasoning); longer
     #: prompts are cut from the left, as at inference.
     max_tokens: int = 1024

@@ -74,6 +74,7 @@ def ship(model_dir: str | Path, out_dir: str | Path = DATA_DIR) -> Path:
     staged = out / ".model.safetensors.part"
     save_file(half, str(staged), metadata={"format": "pt", "dtype": "float16",
                                            "from": json.dumps({"dir": str(src), "dtype": "float32"})})
+    os.chmod(staged, 0o644)  # a package file, readable by all (safetensors writes it private)
     os.replace(staged, out / "model.safetensors")
     for name in SHIPPED_FILES[1:]:
         if (src / name).is_file():

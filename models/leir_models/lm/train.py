@@ -38,7 +38,9 @@ from leir_models.lm import tokenizer as tk
 from leir_models.lm.config import TRAIN, TrainConfig, llama_config, parameter_count
 from leir_models.lm.data import State, candidate_text, load_states, target_text, tokenizer_corpus
 
-DEFAULT_DATA = "tests/data/dataset"
+#: The committed data the shipped model was trained on (``leir dataset build``
+#: of 2026-12-04: 8,500 samples, 850 states; docs/model.md "The shipped model").
+DEFAULT_DATA = "models/data/dataset-20261204"
 DEFAULT_OUT = "build/lm"
 
 #: Files a trained model directory holds (and ``val_loss.png``, with matplotlib).

@@ -1,0 +1,66 @@
+"""The shipped model (``models/leir_models/lm/data``): it loads without
+pickle as the ``model`` ranker, its weights are float16 in the file, it was
+trained on the committed data (``models/data/dataset-20261204``, the
+default of ``leir model train``), and on that data's test split, families
+it never saw, the step it ranks first among the measured ones is faster
+than the heuristic's (docs/model.md, "The shipped model")."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from leir.bridge.document import load_leir  # noqa: E402
+from leir.tools.ranking import load_ranker, rank  # noqa: E402
+from leir_models.lm.ranker import ModelRanker  # noqa: E402
+from leir_models.lm.store import DATA_DIR, SHIPPED_FILES  # noqa: E402
+from leir_models.lm.train import DEFAULT_DATA  # noqa: E402
+from lm_fixtures import ROOT  # noqa: E402
+
+pytestmark = pytest.mark.slow  # scores every candidate of 60 states
+
+
+@pytest.fixture
+def shipped(monkeypatch) -> ModelRanker:
+    monkeypatch.delenv("LEIR_MODEL_DIR", raising=False)  # tests/conftest.py hides it from every other test
+    found = load_ranker("model")
+    assert isinstance(found, ModelRanker), "the shipped model did not load"
+    return found
+
+
+def test_the_shipped_model_is_float16_json_and_safetensors(shipped):
+    from safetensors import safe_open
+
+    assert {p.name for p in DATA_DIR.iterdir()} >= set(SHIPPED_FILES)
+    assert not list(DATA_DIR.glob("*.bin")) and not list(DATA_DIR.glob("*.pt"))
+    with safe_open(str(DATA_DIR / "model.safetensors"), "pt") as f:
+        assert f.metadata()["dtype"] == "float16"
+        assert {str(f.get_tensor(k).dtype) for k in f.keys()} == {"torch.float16"}
+    training = json.loads((DATA_DIR / "training.json").read_text())
+    assert training["data"]["dir"] == DEFAULT_DATA and (ROOT / DEFAULT_DATA / "data" / "train.parquet").is_file()
+
+
+def test_it_scores_every_legal_candidate_of_an_example(shipped):
+    analysis = load_leir((ROOT / "examples" / "matmul.leir").read_text()).analysis
+    heuristic = rank(analysis)
+    ranked = rank(analysis, ranker=shipped)
+    assert sorted(r.step.key for r in ranked) == sorted(r.step.key for r in heuristic)
+    import math
+
+    assert all(math.isfinite(r.score) and "probability" in r.facts[0] for r in ranked)
+    assert len({round(r.score, 6) for r in ranked}) > len(ranked) // 2  # a ranking, not a constant
+
+
+def test_on_unseen_families_its_first_step_beats_the_heuristics(shipped):
+    from leir_models.lm.data import load_states
+    from leir_models.lm.evaluate import HeuristicAll, evaluate
+
+    states = [s for s in load_states(ROOT / DEFAULT_DATA)[0] if s.split == "test"]
+    figures = evaluate({"model": shipped, "heuristic": HeuristicAll()}, states)
+    model, heuristic = figures["rankers"]["model"], figures["rankers"]["heuristic"]
+    assert figures["states"] == 60
+    assert model["speedup_top1"] > heuristic["speedup_top1"]
+    assert model["top1_measured"] > heuristic["top1_measured"]
