@@ -105,42 +105,38 @@ def test_every_layer_keep_and_precision_is_exported_into_the_cache(ort_fp32, cac
     assert not list(rt.directory.glob(".*.tmp.onnx"))
 
 
-def test_every_fp32_graph_matches_torch(ort_fp32, torch_model, layer_inputs):
-    _, rt = ort_fp32
+def _against_torch(rt, torch_model, layer_inputs, precision):
+    """(layer, keep, ORT's output, torch's) for every graph of ``precision``."""
     mlps = [w.mlp for w in ort_runtime.sliced_layers(torch_model)]
-    checked = 0
-    for (layer, keep, precision), path in variants(rt):
-        if precision != "fp32":
+    for (layer, keep, p), path in variants(rt):
+        if p != precision:
             continue
         x = layer_inputs[layer]
         session, _ = onnx_blocks.ort_session(path, threads=1)
         got = session.run(None, {onnx_blocks.INPUT_NAME: x.numpy()})[0]
         with torch.no_grad():
             want = knobs.sliced_mlp_forward(mlps[layer], x, keep).numpy()
+        yield layer, keep, got, want
+
+
+def test_every_fp32_graph_matches_torch(ort_fp32, torch_model, layer_inputs):
+    _, rt = ort_fp32
+    checked = list(_against_torch(rt, torch_model, layer_inputs, "fp32"))
+    for layer, keep, got, want in checked:
         scale = np.abs(want).max()
         assert scale > 0
         assert np.abs(got - want).max() <= 1e-4 * scale, (layer, keep)
-        checked += 1
-    assert checked == 2 * len(knobs.MLP_LEVELS)
+    assert len(checked) == 2 * len(knobs.MLP_LEVELS)
 
 
 def test_every_int8_graph_is_within_its_tolerance(ort_fp32, torch_model, layer_inputs):
     _, rt = ort_fp32
-    mlps = [w.mlp for w in ort_runtime.sliced_layers(torch_model)]
-    checked = 0
-    for (layer, keep, precision), path in variants(rt):
-        if precision != "int8":
-            continue
-        x = layer_inputs[layer]
-        session, _ = onnx_blocks.ort_session(path, threads=1)
-        got = session.run(None, {onnx_blocks.INPUT_NAME: x.numpy()})[0]
-        with torch.no_grad():
-            want = knobs.sliced_mlp_forward(mlps[layer], x, keep).numpy()
+    checked = list(_against_torch(rt, torch_model, layer_inputs, "int8"))
+    for layer, keep, got, want in checked:
         rel = np.linalg.norm(got - want) / np.linalg.norm(want)
         assert rel < INT8_REL_TOL, (layer, keep, rel)
         assert not np.array_equal(got, want)  # it is really another computation
-        checked += 1
-    assert checked == 2 * len(knobs.MLP_LEVELS)
+    assert len(checked) == 2 * len(knobs.MLP_LEVELS)
 
 
 def test_int8_graphs_run_integer_operators_and_fp32_graphs_do_not(ort_fp32):
