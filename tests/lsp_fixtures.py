@@ -37,7 +37,7 @@ WAIT_S = 120.0
 LEIR_SETTINGS: dict[str, Any] = {"target": "llvm", "autoMeasure": False}
 
 #: Server -> client notifications of the leir protocol extension.
-LEIR_NOTIFICATIONS = ("leir/status", "leir/trajectory")
+LEIR_NOTIFICATIONS = ("leir/status", "leir/trajectory", "leir/ranker")
 
 
 class LeirClient(LanguageClient):

@@ -139,8 +139,7 @@ def model_installed(lm_model_dir, monkeypatch):
 
 
 def _ranker_statuses(client) -> list[str]:
-    return [getattr(p, "ranker", None) for m, p in client.leir_notifications
-            if m == "leir/status" and getattr(p, "ranker", None)]
+    return [getattr(p, "ranker", None) for m, p in client.leir_notifications if m == "leir/ranker"]
 
 
 async def _actions(client, uri, position):

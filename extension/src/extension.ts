@@ -27,7 +27,7 @@ import { AttachTracker, isTvmScript } from "./attach";
 import { answerConfigurationRequest, SECTION } from "./configuration";
 import { probeServer, resolveServerCommand, ServerCommand } from "./interpreter";
 import { activePythonEnvironment, onDidChangePythonEnvironment } from "./python";
-import { initialState, reduce, render, StatusEvent, StatusNotification, StatusState } from "./status";
+import { initialState, RankerNotification, reduce, render, StatusEvent, StatusNotification, StatusState } from "./status";
 import { minimalEdit } from "./textEdits";
 import { latencyPoints, Trajectory, trajectoryHtml } from "./trajectory";
 
@@ -219,6 +219,7 @@ class LeirExtension {
     });
     // Registered before start: the server may send them as soon as it is initialized.
     client.onNotification("leir/status", (s: StatusNotification) => this.update({ kind: "status", status: s }));
+    client.onNotification("leir/ranker", (r: RankerNotification) => this.update({ kind: "ranker", ranker: r }));
     client.onNotification("leir/trajectory", (t: Trajectory) => this.trajectories.update(t, this.context));
     try {
       await client.start();

@@ -13,8 +13,11 @@ export interface StatusNotification {
   measuring: boolean;
   lastLatencyMs?: number;
   uri?: string;
-  /** What ranks the suggestions: "heuristic", or the local model's name (sent once the model worker knows). */
-  ranker?: string;
+}
+
+/** `leir/ranker` from the server: what ranks the suggestions ("heuristic", or the local model's name), sent once the model worker knows. */
+export interface RankerNotification {
+  ranker: string;
 }
 
 export type ServerState = "starting" | "running" | "stopped" | "failed";
@@ -41,6 +44,7 @@ export function initialState(trusted: boolean): StatusState {
 export type StatusEvent =
   | { kind: "server"; state: ServerState; failure?: string }
   | { kind: "status"; status: StatusNotification }
+  | { kind: "ranker"; ranker: RankerNotification }
   | { kind: "trust"; trusted: boolean };
 
 export function reduce(state: StatusState, event: StatusEvent): StatusState {
@@ -55,6 +59,10 @@ export function reduce(state: StatusState, event: StatusEvent): StatusState {
       };
     case "trust":
       return { ...state, trusted: event.trusted };
+    case "ranker":
+      return typeof event.ranker.ranker === "string" && event.ranker.ranker
+        ? { ...state, ranker: event.ranker.ranker }
+        : state;
     case "status": {
       const s = event.status;
       const latency = typeof s.lastLatencyMs === "number" && Number.isFinite(s.lastLatencyMs) ? s.lastLatencyMs : undefined;
@@ -66,7 +74,6 @@ export function reduce(state: StatusState, event: StatusEvent): StatusState {
         // A notification without a latency keeps the last one shown.
         lastLatencyMs: latency ?? state.lastLatencyMs,
         lastUri: latency !== undefined ? s.uri : state.lastUri,
-        ranker: typeof s.ranker === "string" && s.ranker ? s.ranker : state.ranker,
       };
     }
   }

@@ -86,9 +86,8 @@ def _say_active(server, name: str) -> None:
         message = f"leir: suggestions are ranked by the local model ({name})"
     try:
         server.window_log_message(types.LogMessageParams(type=types.MessageType.Info, message=message))
-        server.protocol.notify("leir/status", {"target": server.session.settings.target,
-                                               "device": server.session.workers.device(), "measuring": False,
-                                               "ranker": name})
+        # Its own notification: a leir/status here would say "not measuring" in the middle of a measurement.
+        server.protocol.notify("leir/ranker", {"ranker": name})
     except Exception:  # noqa: BLE001 - the client is gone; nothing to tell
         pass
 

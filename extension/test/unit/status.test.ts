@@ -43,11 +43,13 @@ describe("status bar", () => {
   });
 
   it("says what ranks the suggestions once the server has, and keeps it", () => {
-    let s = reduce(running(), { kind: "status", status: { target: "llvm", device: "cpu", measuring: false } });
+    let s = reduce(running(), { kind: "status", status: { target: "llvm", device: "cpu", measuring: true } });
     assert.doesNotMatch(render(s).tooltip, /ranked/);
-    s = reduce(s, { kind: "status", status: { target: "llvm", device: "cpu", measuring: false, ranker: "heuristic" } });
+    s = reduce(s, { kind: "ranker", ranker: { ranker: "heuristic" } });
+    assert.equal(s.measuring, true); // a ranker notification says nothing about measuring
+    s = reduce(s, { kind: "status", status: { target: "llvm", device: "cpu", measuring: false } });
     assert.match(render(s).tooltip, /Suggestions ranked by the heuristic \(no local model loaded\)/);
-    s = reduce(s, { kind: "status", status: { target: "llvm", device: "cpu", measuring: false, ranker: "model" } });
+    s = reduce(s, { kind: "ranker", ranker: { ranker: "model" } });
     s = reduce(s, { kind: "status", status: { target: "llvm", device: "cpu", measuring: true } });
     s = reduce(s, { kind: "status", status: { target: "llvm", device: "cpu", measuring: false } });
     assert.equal(s.ranker, "model");
