@@ -398,18 +398,9 @@ def _add_ranker_argument(p, what: str = "") -> None:
 def _load_ranker(name: str, command: str):
     """``load_ranker(name)``, saying on standard error why a model did not
     load (``load_ranker`` logs it and falls back to the heuristic)."""
-    import logging
+    from leir.tools.ranking import load_ranker_telling
 
-    from leir.tools.ranking import load_ranker
-
-    said = logging.StreamHandler(sys.stderr)
-    said.setFormatter(logging.Formatter(f"leir {command}: %(message)s"))
-    ranking_log = logging.getLogger("leir.tools.ranking")
-    ranking_log.addHandler(said)
-    try:
-        return load_ranker(name)
-    finally:
-        ranking_log.removeHandler(said)
+    return load_ranker_telling(name, lambda reason: print(f"leir {command}: {reason}", file=sys.stderr))
 
 
 def cmd_suggest(args) -> int:

@@ -20,7 +20,7 @@ import math
 import os
 import random
 from dataclasses import dataclass
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Callable, Protocol, Sequence, runtime_checkable
 
 from leir import transforms
 from leir.errors import LeirError
@@ -81,6 +81,26 @@ class HeuristicRanker:
 HEURISTIC = HeuristicRanker()
 
 
+def _entry_points(name: str) -> list:
+    """The entry points of ``leir.rankers`` called ``name``."""
+    from importlib import metadata
+
+    return [ep for ep in metadata.entry_points(group=RANKER_GROUP) if ep.name == name]
+
+
+def load_ranker_telling(name: str | None, tell: Callable[[str], None]) -> Ranker:
+    """``load_ranker(name)``, handing ``tell`` each reason it logs for not
+    loading the ranker (the commands print them; the dataset builder stops
+    on them)."""
+    said = logging.Handler(logging.WARNING)
+    said.emit = lambda record: tell(record.getMessage())
+    logger.addHandler(said)
+    try:
+        return load_ranker(name)
+    finally:
+        logger.removeHandler(said)
+
+
 def ranker_missing(name: str | None = "model") -> str | None:
     """Why ``load_ranker(name)`` would give the heuristic, found without
     loading the ranker (no torch, no weights read): nothing is installed
@@ -89,10 +109,8 @@ def ranker_missing(name: str | None = "model") -> str | None:
     None when it may load (loading can still fail, and says why)."""
     if name in (None, "heuristic"):
         return None
-    from importlib import metadata
-
     try:
-        found = [ep for ep in metadata.entry_points(group=RANKER_GROUP) if ep.name == name]
+        found = _entry_points(name)
         if not found:
             return f"nothing is installed under {RANKER_GROUP} as {name!r}"
         missing = getattr(found[0].load(), "missing", None)
@@ -109,10 +127,8 @@ def load_ranker(name: str | None = "model") -> Ranker:
     logged as a warning: asking for a model never crashes."""
     if name in (None, "heuristic"):
         return HEURISTIC
-    from importlib import metadata
-
     try:
-        found = [ep for ep in metadata.entry_points(group=RANKER_GROUP) if ep.name == name]
+        found = _entry_points(name)
     except Exception as e:  # noqa: BLE001 - a broken distribution's metadata
         logger.warning("ranker %r: reading the entry points failed (%s); using the heuristic", name, e)
         return HEURISTIC

@@ -33,7 +33,7 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 logger = logging.getLogger(__name__)
@@ -125,7 +125,7 @@ class Ranking:
     scores: dict
     #: LEIR step key -> the reasoning the model wrote for it (the document's
     #: first ``leir.tools.suggest.EXPLAIN_TOP`` steps), checked against its facts.
-    reasonings: dict = None  # type: ignore[assignment]
+    reasonings: dict = field(default_factory=dict)
 
 
 class PrecomputedRanker:
@@ -144,7 +144,7 @@ class PrecomputedRanker:
 
     def explain(self, ctx, step, target):
         """What the model wrote for ``step`` in the background, or None."""
-        return (self.ranking.reasonings or {}).get(step.key)
+        return self.ranking.reasonings.get(step.key)
 
 
 class ModelWorker:

@@ -156,10 +156,10 @@ class LineLog:
 
 def _ranker(name: str):
     """``--ranker NAME``'s ranker; a model that does not load says why on
-    stderr (``leir.tools.ranking.load_ranker`` logs it) and the heuristic ranks."""
-    from leir.tools.ranking import HEURISTIC, load_ranker
+    stderr and the heuristic ranks."""
+    from leir.tools.ranking import HEURISTIC, load_ranker_telling
 
-    found = load_ranker(name)
+    found = load_ranker_telling(name, lambda reason: print(f"{PROG}: {reason}", file=sys.stderr))
     if found is HEURISTIC and name != "heuristic":
         print(f"{PROG}: ranker {name!r} did not load; ranking with the heuristic", file=sys.stderr)
     return found

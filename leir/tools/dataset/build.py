@@ -1015,20 +1015,12 @@ def _load_variants(cfg: BuildConfig, out: Path, log: Callable[[str], None]) -> l
 def _build_ranker(name: str):
     """The ranker ``--ranker name`` orders candidates with (None: the
     heuristic); ``DatasetError`` with the reason when a named one does not load."""
-    import logging
-
     from leir.tools import ranking
 
     if name in ("", "heuristic"):
         return None
     said: list[str] = []
-    handler = logging.Handler(logging.WARNING)
-    handler.emit = lambda record: said.append(record.getMessage())
-    ranking.logger.addHandler(handler)
-    try:
-        found = ranking.load_ranker(name)
-    finally:
-        ranking.logger.removeHandler(handler)
+    found = ranking.load_ranker_telling(name, said.append)
     if found is ranking.HEURISTIC:
         raise DatasetError(f"--ranker {name}: it did not load ({'; '.join(said) or 'no reason given'}); "
                            f"build with --ranker heuristic, or install it")
