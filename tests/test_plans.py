@@ -12,7 +12,7 @@ from leir.bridge.document import load_leir
 from leir.explain.machine import Machine
 from leir.printer import print_program
 from leir.tools.plans import PlanFailed, plans_for, realize
-from leir.tools.plans.cpu import ContractionTiling, Rows, contraction_tilings
+from leir.tools.plans.cpu import ContractionTiling, Rows, contraction_tilings, rows_plans
 
 MATMUL = """\
 L^{64}_{i}
@@ -151,6 +151,62 @@ def test_rows_plan_factors_a_row_sum_into_lanes_and_leaves_a_float_max_alone():
     assert transforms.verify(a, load_leir(text).analysis).ok
     # Without rfactor the sum stays one element after another.
     assert "rfactor" not in {s.id for s in realize(Rows(16), a).steps}
+
+
+def _calls(program, func: str) -> int:
+    return sum(1 for site in A.equation_sites(program) for n in A.walk(site.equation.rhs)
+               if isinstance(n, A.Call) and n.func == func)
+
+
+def test_rows_plan_shares_softmaxs_exp_between_its_sum_and_its_divide():
+    a = analysis(SOFTMAX)
+    assert _calls(a.program, "exp") == 2
+    specs = plans_for(a, machine=AVX2)
+    assert {s.share for s in specs} == {True, False}  # both offered: the search measures which pays
+    plan = realize(Rows(16, share=True), a)
+    assert plan.steps[0].id == "common_subexpression_elimination"
+    assert plan.steps[0].args == {"block": "Z", "expr": "exp(X_{i,j} - M_{i})", "also": "Y"}
+    assert _calls(plan.program, "exp") == 1  # one exp per element, written once and read by the divide
+    text = print_program(plan.program)
+    assert "Y_{i,j_0*16+j_1} = exp_X_{i,j_0*16+j_1}/Z_{i};" in text
+    assert text.count("P^{32}") == 3 and "V^{16}" in text
+    assert transforms.verify(a, load_leir(text).analysis).ok
+    # rfactor takes a nest of one equation: Z shares its loop with the
+    # temporary now, so it is left as it is rather than failing the plan.
+    assert "rfactor" not in {s.id for s in realize(Rows(16, rfactor=True, share=True), a).steps}
+
+
+def test_rows_plan_computes_a_call_an_inner_loop_does_not_change_once_per_row():
+    a = analysis("""\
+L^{32}_{i}
+  L^{64}_{j} [
+    S_{i} += X_{i,j}*X_{i,j};
+  ];
+
+L^{32}_{i}
+  L^{64}_{j} [
+    Y_{i,j} = X_{i,j}*rsqrt(S_{i} + 1e-05);
+  ];
+""")
+    plan = realize(Rows(16, share=True), a)
+    assert plan.steps[0].id == "precompute"
+    assert plan.steps[0].args["expr"] == "rsqrt(S_{i} + 1e-05)"
+    text = print_program(plan.program)
+    # The rsqrt now sits in a nest (or an equation) with no j around it.
+    rsqrt_site = next(site for site in A.equation_sites(plan.program) if _calls_in(site.equation, "rsqrt"))
+    assert all(not loop.var.startswith("j") for loop in rsqrt_site.loops)
+    assert transforms.verify(a, load_leir(text).analysis).ok
+
+
+def _calls_in(equation, func: str) -> bool:
+    return any(isinstance(n, A.Call) and n.func == func for n in A.walk(equation.rhs))
+
+
+def test_rows_plans_offer_no_sharing_where_no_call_repeats():
+    a = analysis(COLUMN_SUM)
+    assert {s.share for s in rows_plans(a, AVX2)} == {False}
+    with pytest.raises(PlanFailed, match="no function call"):
+        realize(Rows(8, share=True), a)
 
 
 def test_rows_plan_runs_a_column_sum_over_parallel_column_tiles_with_vectors_of_columns():
