@@ -225,6 +225,34 @@ def test_a_recorded_plan_ranks_its_next_step_first_and_says_where_it_leads(looku
     assert after[0].step == steps[1] and after[0].label.endswith("(plan step 2 of 3)")
 
 
+def test_a_plans_next_step_that_the_listing_does_not_offer_is_offered_where_it_applies(lookup):
+    # Plans reorder a run of loops in one step ("order"), which the listing
+    # never offers (a run has too many orders): the editor still offers it.
+    text = """\
+L^{8}_{i}
+  L^{4}_{j}
+    L^{6}_{k} [
+      Y_{i,j,k} = X_{i,j,k}*2.0;
+    ];
+"""
+    step = Step("reorder", {"block": "Y", "order": ["k", "i", "j"]})
+    programs = _plan_chain(text, [step])
+    lookup.outcomes.record_plan(programs[:-1], [step], programs[-1], "parallel rows")
+    found = suggest(text, "leir", measured=lookup)
+    assert found[0].step == step
+    assert found[0].label == "Reorder loops to k, i, j (plan step 1 of 1)"
+    assert text[found[0].span.start:].startswith("L^{8}_{i}")
+    # At a cursor on the nest's loops it is offered; away from them, or once
+    # the program has changed so that the step no longer applies, it is not.
+    assert suggest(text, "leir", text.index("L^{4}_{j}"), measured=lookup)[0].step == step
+    other = text + "\nL^{3}_{q} [\n  Z_{q} = X_{q,0,0};\n];\n"
+    lookup.outcomes.record_plan([load_leir(other).analysis], [step], programs[-1], "parallel rows")
+    assert all(s.step != step for s in suggest(other, "leir", other.index("Z_{q}"), measured=lookup))
+    stale = Step("reorder", {"block": "Y", "order": ["k", "q"]})
+    lookup.outcomes.record_plan([load_leir(other).analysis], [stale], programs[-1], "parallel rows")
+    assert all(s.step != stale for s in suggest(other, "leir", measured=lookup))
+
+
 def test_a_plan_whose_end_was_not_measured_shows_the_predicted_figure_or_none(lookup):
     steps = [SPLIT_I]
     programs = _plan_chain(TRANSPOSE, steps)

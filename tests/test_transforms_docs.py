@@ -130,4 +130,4 @@ def test_docstring_example(module, example):
     if example.refused:
         check_not_applicable(module, before, example.refused, example.args)
     else:
-        check_action(module, before, example.after, example.args)
+        check_action(module, before, example.after, example.args, listed=example.listed)

@@ -457,7 +457,7 @@ class LeirExtension {
     if (!doc || this.refuseUntrusted("Optimizing")) {
       return;
     }
-    const defaultSteps = vscode.workspace.getConfiguration(SECTION).get<number>("optimize.steps", 3);
+    const defaultSteps = vscode.workspace.getConfiguration(SECTION).get<number>("optimize.steps", 20);
     const answer = await vscode.window.showInputBox({
       title: "LEIR: Optimize",
       prompt: "How many verified, measured steps to search for",

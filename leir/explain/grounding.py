@@ -82,7 +82,7 @@ _NOT_LOOPS = frozenset({
 #: words of its step's title and the program's names. Another word is not
 #: one the facts can stand behind.
 _VOCABULARY = frozenset("""
-    above access accesses accumulates across act added adds after again against all along among an analysis and
+    above access accesses accumulates across act added adds after again against all along among an analysis and put
     any apart are arithmetic around as assign at axis back become becomes before being between beyond bind binds
     block body both branch busy but bx by byte bytes bz cache caches came can candidate candidates cause change
     changed changes closes code combines common compared compares compute computed consecutive constant consumer

@@ -493,8 +493,15 @@ def _reorder(w: _Writer, before: _Side, after: _Side, step) -> None:
     args = step.args
     block = args.get("block")
     loops = args.get("loops") or []
+    order = args.get("order") or []
     if len(loops) == 2:
         w.say(f"Swaps loops {loops[0]} and {loops[1]} around {block}.", loops=loops)
+    elif len(order) >= 2:
+        bi = before.info(block)
+        was = [l.var for l in bi.loops if l.var in order] if bi is not None else []
+        if was:
+            w.say(f"Puts loops {', '.join(was)} around {block} in the order {', '.join(order)}.", loops=order,
+                  loops_before=was)
     _contiguity(w, before, after, block)
     _reuse_changes(w, before, after, block)
 

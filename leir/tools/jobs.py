@@ -296,6 +296,14 @@ def optimize_child(conn, text: str, language: str, kernel: str | None, options: 
         pass  # the parent went away
 
 
+#: Measurements the editor's Optimize spends at most when it names no budget:
+#: what the benchmark suite gives leir and MetaSchedule (docs/optimize.md),
+#: room for a tiled kernel's plans and their polish; 6 per step + 1 (the
+#: command line's default) would be 121 for the 20 steps the editor proposes,
+#: minutes of building on a realistic size.
+EDITOR_BUDGET = 64
+
+
 def _optimize(conn, text: str, language: str, kernel: str | None, options: dict):
     from leir.tools.optimize import optimize
     from leir.printer import print_program
@@ -319,7 +327,7 @@ def _optimize(conn, text: str, language: str, kernel: str | None, options: dict)
         os.environ[BUDGET_ENV] = repr(float(options["memory_budget_mb"]))
     require_within_budget(start, "verify")
     steps = int(options.get("steps", 3))
-    budget = int(options.get("budget", 6 * steps + 1))
+    budget = int(options.get("budget", min(6 * steps + 1, EDITOR_BUDGET)))
     strategy = options.get("strategy", "plans")
     target = options.get("target", "llvm")
     seed = int(options.get("seed", 0))

@@ -238,7 +238,7 @@ def _base_score(ctx, step, target: str) -> tuple[float, tuple[str, ...]]:
         if site.loop.extent % 4:
             score -= 20
         return score, facts
-    if sid == "reorder" and info is not None:
+    if sid == "reorder" and info is not None and len(args.get("loops") or ()) == 2:
         outer, inner = args["loops"]
         inner_site = ctx.loop_site(args["block"], inner)
         if _innermost(ctx, inner_site):

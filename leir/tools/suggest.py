@@ -267,7 +267,44 @@ def _leir_suggestions(doc, at: int | None, target: str, measured: MeasuredLookup
         after = measured.after(digest, c.step) if before is not None else None
         plan, plan_end = (ahead if ahead is not None and ahead[0].next_step == c.step else (None, None))
         out.append(Suggestion(c.step, c.title, c.span, None, score, facts, before, after, plan, plan_end))
+    if ahead is not None and not any(s.plan is not None for s in out):
+        unlisted = _unlisted_plan_step(ctx, at, ahead[0].next_step, only)
+        if unlisted is not None:
+            title, span = unlisted
+            after = measured.after(digest, ahead[0].next_step) if before is not None else None
+            out.append(Suggestion(ahead[0].next_step, title, span, None, 0.0, (), before, after, *ahead))
     return out
+
+
+def _unlisted_plan_step(ctx, at: int | None, step, only: tuple[str, ...] | None):
+    """(title, span) of a plan's next step that the listing does not offer
+    (a reorder of a whole run of loops, ``"order"``) when it applies here:
+    its block's loops or equation are at the cursor and its own check
+    passes; None otherwise."""
+    from leir import transforms
+    from leir.transforms import TransformError
+
+    if only is not None and step.id not in only:
+        return None
+    block = step.args.get("block") if isinstance(step.args, dict) else None
+    try:
+        module = transforms.get(step.id)
+        info = ctx.equation_of_block(block) if isinstance(block, str) else None
+    except TransformError:
+        return None
+    if info is None:
+        return None
+    here = {id(site.loop) for site in ctx.loops_at(at)}
+    if at is not None and not (any(id(loop) in here for loop in info.loops)
+                               or any(e.index == info.index for e in ctx.equations_at(at))):
+        return None
+    try:
+        module.check(ctx, step.args)
+    except TransformError:
+        return None
+    title = module.title(step.args) if callable(getattr(module, "title", None)) else f"{module.TITLE} ({block})"
+    span = info.loops[0].span if info.loops and info.loops[0].span is not None else info.equation.span
+    return title, span
 
 
 def _tvmscript_suggestions(text: str, at: int | None, kernel: str | None, target: str,

@@ -15,6 +15,9 @@ Format, inside the docstring::
 
 A ``before`` without ``after`` but with ``refused: CODE`` documents a case
 where the step is not offered and asking for it raises that error code.
+``listed: no`` (after ``step:``) documents a step that applies but that the
+listing does not offer (a form plans and traces use, such as reorder's
+``"order"``: a run of loops has too many orders to list them all).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ class DocExample:
     cursor: int | None  # offset of the marker in ``before``
     after: str | None
     refused: str | None
+    #: Whether the listing offers the step at the cursor (``listed: no``).
+    listed: bool = True
 
 
 _EXAMPLE = re.compile(r"^Example:(?P<title>.*)$", re.M)
@@ -55,7 +60,7 @@ def examples(module: ModuleType) -> list[DocExample]:
 
 
 def _parse(title: str, body: str) -> DocExample:
-    sections = re.split(r"^(step|before|after|refused):[ \t]*", body, flags=re.M)
+    sections = re.split(r"^(step|listed|before|after|refused):[ \t]*", body, flags=re.M)
     parts: dict[str, str] = {}
     for name, text in zip(sections[1::2], sections[2::2]):
         parts[name] = text
@@ -68,7 +73,10 @@ def _parse(title: str, body: str) -> DocExample:
         before = before[:cursor] + before[cursor + len(CURSOR):]
     after = _block(parts["after"]) if "after" in parts else None
     refused = parts["refused"].strip() if "refused" in parts else None
-    return DocExample(title, args, before, cursor if cursor >= 0 else None, after, refused)
+    listed = parts.get("listed", "yes").strip()
+    if listed not in ("yes", "no"):
+        raise ValueError(f"docstring example {title!r}: 'listed:' is yes or no, got {listed!r}")
+    return DocExample(title, args, before, cursor if cursor >= 0 else None, after, refused, listed == "yes")
 
 
 def _block(text: str) -> str:

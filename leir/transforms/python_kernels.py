@@ -343,8 +343,9 @@ def _translate(args: dict, block, loop, tensor, *, to_leir: bool) -> dict:
     if leir_block is not None:
         if isinstance(args.get("loop"), str):
             out["loop"] = loop(leir_block, args["loop"])
-        if isinstance(args.get("loops"), list) and all(isinstance(v, str) for v in args["loops"]):
-            out["loops"] = [loop(leir_block, v) for v in args["loops"]]
+        for key in ("loops", "order"):  # reorder's "order" names loops as "loops" does
+            if isinstance(args.get(key), list) and all(isinstance(v, str) for v in args[key]):
+                out[key] = [loop(leir_block, v) for v in args[key]]
     at = args.get("at")
     if isinstance(at, dict) and isinstance(at.get("block"), str):
         new_at = dict(at)

@@ -35,10 +35,12 @@ def offered_args(module: ModuleType, text_with_cursor: str) -> list[dict]:
 
 
 def check_action(module: ModuleType, before: str, after: str, args: dict | None = None,
-                 *, verify_numerically: bool = True) -> str:
+                 *, verify_numerically: bool = True, listed: bool = True) -> str:
     """The step of ``module`` at the cursor (the one with ``args``, or the
     only one offered) rewrites ``before`` to exactly ``after``, and both
-    compute the same outputs. Returns the printed result."""
+    compute the same outputs. Returns the printed result. With ``listed``
+    False the step (``args``) is one the listing does not offer, and the
+    check is that it is not offered and still applies."""
     doc, at = _load(before)
     offered = module.candidates(Context(doc.analysis), at)
     if args is None:
@@ -46,8 +48,9 @@ def check_action(module: ModuleType, before: str, after: str, args: dict | None 
         step = offered[0].step
     else:
         step = Step(module.ID, args)
-        assert step in [c.step for c in offered], (
-            f"{module.ID} {args} is not offered at the cursor; offered: {[c.step.args for c in offered]}")
+        assert (step in [c.step for c in offered]) == listed, (
+            f"{module.ID} {args} is {'not ' if listed else ''}offered at the cursor; "
+            f"offered: {[c.step.args for c in offered]}")
     result = apply(doc.analysis, step)
     printed = print_program(result)
     assert printed == after, f"after {module.ID}:\n{printed}\nexpected:\n{after}"

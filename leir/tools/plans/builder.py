@@ -108,15 +108,20 @@ class Builder:
 
     def reorder_to(self, block: str, order: list[str]) -> None:
         """Bring the loops around ``block`` into ``order`` (a permutation of a
-        run of them) by swapping directly nested loops, as a bubble sort
-        does: each swap is one ``reorder`` step."""
+        run of them): one ``reorder`` step, a swap where one swap does it,
+        else the run from the first loop that moves to the last, in its new
+        order (``"order"``: legal when each swap that sorts it is)."""
         rank = {v: k for k, v in enumerate(order)}
-        while True:
-            current = [v for v in self.loops(block) if v in rank]
-            swap = next(((a, b) for a, b in zip(current, current[1:]) if rank[a] > rank[b]), None)
-            if swap is None:
-                return
-            self.apply("reorder", {"block": block, "loops": list(swap)})
+        current = [v for v in self.loops(block) if v in rank]
+        target = sorted(current, key=rank.__getitem__)
+        moved = [k for k, (a, b) in enumerate(zip(current, target)) if a != b]
+        if not moved:
+            return
+        first, last = moved[0], moved[-1]
+        if last == first + 1 and current[first] == target[last] and current[last] == target[first]:
+            self.apply("reorder", {"block": block, "loops": [current[first], current[last]]})
+        else:
+            self.apply("reorder", {"block": block, "order": target[first:last + 1]})
 
     def fuse(self, block: str, outer: str, inner: str) -> str:
         before = self.loops(block)

@@ -1,4 +1,4 @@
-"""Swap two directly nested loops.
+"""Swap two directly nested loops, or put a run of directly nested loops in a new order.
 
 Interchanging loops changes which index varies fastest: putting the loop
 that walks the last dimension of the tensors innermost turns strided
@@ -12,6 +12,14 @@ accessed, with a write among the accesses, by two iterations that the swap
 runs in the opposite order. Accumulating into a reduction (``+=``, ``*=``,
 ``max``, ``min``) in another order is allowed: the combiner is associative
 and commutative, and the result differs at most by rounding.
+
+With ``"order"`` instead of ``"loops"`` the step names a run of directly
+nested loops in the order they are to take, outermost first (TVM's
+``reorder`` with several loops, one primitive): a tiled kernel's loops
+reach their final order in one step instead of a swap per pair. It is
+legal when every swap of adjacent loops that sorts the run into that order
+is (each is checked in turn on the program it meets), so it allows what a
+sequence of swaps allows, no more.
 
 It requires:
 
@@ -27,7 +35,11 @@ It requires:
   the accesses, by two of its iterations (with the outer loop inside, they
   all run at once);
 - no element accessed, with a write among the accesses, by two iterations
-  whose order the swap reverses (a reduction's own accumulation excepted).
+  whose order the swap reverses (a reduction's own accumulation excepted);
+- with ``"order"``: at least two different loops around the block that
+  form a run, each the only thing in the body of the one around it, named
+  in an order other than their current one, and every swap of adjacent
+  loops that sorts them into it allowed as above.
 
 Example: move the reduction loop outward
 
@@ -63,6 +75,29 @@ Example: a parallel loop moves outermost
         Y_{i,j} = X_{j,i};
       ];
 
+Example: a tiled matmul's loops in their final order in one step
+
+    step: {"block": "C", "order": ["i_0", "j_0", "k", "i_1", "j_1"]}
+    listed: no
+
+    before:
+    L^{4}_{i_0}$0
+      L^{16}_{i_1}
+        L^{8}_{j_0}
+          L^{8}_{j_1}
+            L^{32}_{k} [
+              C_{i_0*16+i_1,j_0*8+j_1} += X_{i_0*16+i_1,k}*W_{k,j_0*8+j_1};
+            ];
+
+    after:
+    L^{4}_{i_0}
+      L^{8}_{j_0}
+        L^{32}_{k}
+          L^{16}_{i_1}
+            L^{8}_{j_1} [
+              C_{i_0*16+i_1,j_0*8+j_1} += X_{i_0*16+i_1,k}*W_{k,j_0*8+j_1};
+            ];
+
 Example: a recurrence along j is refused
 
     step: {"block": "Y_1", "loops": ["i", "j"]}
@@ -82,12 +117,13 @@ Example: a recurrence along j is refused
 
 from __future__ import annotations
 
-from leir.transforms.applying import apply_transform
-from leir.transforms.base import Candidate, Context, LoopSite, NotApplicable, Step, tvm_loop
+from leir.transforms.applying import apply_transform, context_of
+from leir.transforms.base import BadStep, Candidate, Context, LoopSite, NotApplicable, Step, str_arg, tvm_loop
 from leir.transforms.lib.loop_pairs import (
     guard_text,
     loop_pairs,
     nesting_refusal,
+    only_child,
     order_conflict,
     pair_arg,
     pair_span,
@@ -147,6 +183,19 @@ class DependenceReversed(NotApplicable):
     code = "reorder-dependence"
 
 
+class NotARun(NotApplicable):
+    """The loops named in ``"order"`` are not a run of directly nested loops, each the only
+    thing in the body of the one around it."""
+
+    code = "reorder-not-a-run"
+
+
+class SameOrder(NotApplicable):
+    """The loops named in ``"order"`` are already in that order."""
+
+    code = "reorder-same-order"
+
+
 def candidates(ctx: Context, at: int | None) -> list[Candidate]:
     out = []
     for outer, inner in loop_pairs(ctx, at):
@@ -158,6 +207,9 @@ def candidates(ctx: Context, at: int | None) -> list[Candidate]:
 
 
 def check(ctx: Context, args: dict) -> None:
+    if "order" in args:
+        _check_order(ctx, args)
+        return
     outer, inner = pair_arg(ctx, args, ID)
     refusal = _refusal(ctx, outer, inner)
     if refusal is not None:
@@ -165,6 +217,9 @@ def check(ctx: Context, args: dict) -> None:
 
 
 def schedule(sch, ctx: Context, args: dict) -> None:
+    if "order" in args:
+        sch.reorder(*(tvm_loop(sch, args["block"], var) for var in args["order"]))
+        return
     outer, inner = (tvm_loop(sch, args["block"], var) for var in args["loops"])
     sch.reorder(inner, outer)
 
@@ -172,6 +227,75 @@ def schedule(sch, ctx: Context, args: dict) -> None:
 def reorder(program, block: str, loops: list[str]):
     """Apply a reorder (see the module docstring) and return the new program."""
     return apply_transform(__name__, program, Step(ID, {"block": block, "loops": list(loops)}))
+
+
+def swaps(current: list[str], order: list[str]) -> list[tuple[str, str]]:
+    """The swaps of adjacent loops, (outer, inner) each, that take the run
+    ``current`` (outermost first) to ``order``: a bubble sort's, the fewest
+    there are (one per pair of loops the new order inverts)."""
+    rank = {v: k for k, v in enumerate(order)}
+    run, out = list(current), []
+    for end in range(len(run) - 1, 0, -1):
+        for k in range(end):
+            if rank[run[k]] > rank[run[k + 1]]:
+                out.append((run[k], run[k + 1]))
+                run[k], run[k + 1] = run[k + 1], run[k]
+    return out
+
+
+def title(args: dict) -> str:
+    """What a step does, in the words the editor shows."""
+    if "order" in args:
+        return f"Reorder loops to {', '.join(args['order'])}"
+    return f"Swap loops {args['loops'][0]} and {args['loops'][1]}"
+
+
+def _order_arg(ctx: Context, args: dict) -> tuple[str, list[LoopSite]]:
+    """The block and the named loops' sites, outermost first as they are now."""
+    block = str_arg(args, "block", ID)
+    order = args.get("order")
+    if (not isinstance(order, list) or len(order) < 2 or not all(isinstance(v, str) and v for v in order)
+            or len(set(order)) != len(order)):
+        raise BadStep(f"{ID}: \"order\" is a list of two or more different loop names; got {order!r}")
+    if "loops" in args:
+        raise BadStep(f"{ID}: give \"loops\" (a swap) or \"order\" (a run in a new order), not both")
+    sites = sorted((ctx.loop_site(block, v) for v in order), key=lambda site: site.depth)
+    return block, sites
+
+
+def _check_order(ctx: Context, args: dict) -> None:
+    block, sites = _order_arg(ctx, args)
+    for outer, inner in zip(sites, sites[1:]):
+        if inner.depth != outer.depth + 1 or only_child(ctx, outer) is not inner:
+            a, b = outer.loop, inner.loop
+            raise NotARun(
+                f"loops {', '.join(s.loop.var for s in sites)} are not a run of directly nested loops",
+                f"a new order is given to loops that are nested one directly inside the other, each the only thing "
+                f"in the body of the one around it: {b.var} is not all that {a.var}'s body holds"
+                if inner.depth == outer.depth + 1 else
+                f"a new order is given to loops that are nested one directly inside the other: loops between "
+                f"{a.var} and {b.var} are not named (name them too, in the place they are to take)",
+                b.span)
+    current = [s.loop.var for s in sites]
+    order = list(args["order"])
+    if current == order:
+        raise SameOrder(f"loops {', '.join(order)} are already in this order",
+                        "the step would change nothing; name the loops in the order they are to take", sites[0].loop.span)
+    # Each swap checked on the program it meets: the run may be legal as a
+    # whole only through the swaps that sort it, and those are what is checked.
+    # The refusal points at the document's loop: the programs between have
+    # no spans of the document's.
+    spans = {s.loop.var: s.loop.span for s in sites}
+    here = ctx
+    moves = swaps(current, order)
+    for k, (a, b) in enumerate(moves):
+        refusal = _refusal(here, here.loop_site(block, a), here.loop_site(block, b))
+        if refusal is not None:
+            raise type(refusal)(f"{refusal.short} (on the way to the order {', '.join(order)})", refusal.detail,
+                                spans[b])
+        if k + 1 < len(moves):
+            here = context_of(apply_transform(__name__, here, Step(ID, {"block": block, "loops": [a, b]}), ctx.name),
+                              ctx.name)
 
 
 def _refusal(ctx: Context, outer: LoopSite, inner: LoopSite) -> NotApplicable | None:
