@@ -10,7 +10,8 @@ with the catalogue's own steps through ``leir.tools.plans.builder.Builder``
 - ``Split`` into n factors: n - 1 two-way splits (a factor of 1 makes no
   loop in LEIR: the unit loop is remembered so that later instructions that
   name it still line up, and is dropped from them);
-- ``Reorder``: adjacent swaps (``reorder``) into the order asked for;
+- ``Reorder``: one ``reorder`` of the loops that move, into the order asked
+  for (a swap where one swap does it);
 - ``Fuse`` of n loops: n - 1 fuses; ``Parallel``, ``Vectorize``,
   ``Unroll``, ``Bind``: ``parallelize``, ``vectorize``, ``unroll``, ``bind``;
 - ``CacheRead``, ``CacheWrite``, ``ComputeAt``, ``ReverseComputeAt``,
