@@ -166,6 +166,7 @@ def test_rows_plan_shares_softmaxs_exp_between_its_sum_and_its_divide():
     plan = realize(Rows(16, share=True), a)
     assert plan.steps[0].id == "common_subexpression_elimination"
     assert plan.steps[0].args == {"block": "Z", "expr": "exp(X_{i,j} - M_{i})", "also": "Y"}
+    assert plan.goal == "parallel rows"  # "step 1 of 7 toward parallel rows", no article on a plural
     assert _calls(plan.program, "exp") == 1  # one exp per element, written once and read by the divide
     text = print_program(plan.program)
     assert "Y_{i,j_0*16+j_1} = exp_X_{i,j_0*16+j_1}/Z_{i};" in text

@@ -62,8 +62,10 @@ class Plan:
 
     @property
     def goal(self) -> str:
-        """What the plan reaches, for the editor: "a tiled contraction"."""
-        return f"a {self.spec.kind}"
+        """What the plan reaches, for the editor: "a tiled contraction",
+        "parallel rows" (a plural kind takes no article)."""
+        kind = self.spec.kind
+        return kind if kind.endswith("s") else f"a {kind}"
 
 
 def plans_for(analysis: Analysis, target: str = "llvm", machine: Machine | None = None, seed: int = 0,
