@@ -26,8 +26,12 @@ def no_shipped_model(_no_model_dir, monkeypatch):
     model (``LEIR_MODEL_DIR``: an empty directory), so that what a test
     checks does not depend on whether a model ships, and no server loads
     torch for one; a test of the model sets its own directory (or removes
-    the variable, for the shipped one)."""
+    the variable, for the shipped one). The same holds for the larger tier
+    (``LEIR_SMOLLM2_DIR``, ``LEIR_SMOLLM2_MODEL_DIR``): a user's imported or
+    fine-tuned SmolLM2 in ~/.cache/leir is never seen."""
     monkeypatch.setenv("LEIR_MODEL_DIR", str(_no_model_dir))
+    monkeypatch.setenv("LEIR_SMOLLM2_DIR", str(_no_model_dir))
+    monkeypatch.setenv("LEIR_SMOLLM2_MODEL_DIR", str(_no_model_dir))
 
 
 @pytest.fixture

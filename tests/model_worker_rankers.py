@@ -1,5 +1,7 @@
 """Fake rankers for tests/test_server_model_worker.py, loaded in the model
-worker's child by ``module:function`` (``ModelWorker(factory=...)``)."""
+worker's child by ``module:function`` (``ModelWorker(factory=...)``), each
+called with the name of the ranker the worker was asked for
+(``ModelWorker.ranker``, the ``model.tier`` setting's)."""
 
 from __future__ import annotations
 
@@ -35,19 +37,26 @@ class Crashes:
         os._exit(3)
 
 
-def reversed_ranker():
+def reversed_ranker(name: str):
     return Reversed()
 
 
-def hanging_ranker():
+def named_ranker(name: str):
+    """``Reversed`` under the name the worker asked for: ``ModelWorker.active`` tells which it was."""
+    ranker = Reversed()
+    ranker.name = f"asked for {name}"
+    return ranker
+
+
+def hanging_ranker(name: str):
     return Hangs()
 
 
-def crashing_ranker():
+def crashing_ranker(name: str):
     return Crashes()
 
 
-def missing_model():
+def missing_model(name: str):
     """What ``load_model_ranker`` returns when no model is installed."""
     from leir.tools.ranking import load_ranker
 

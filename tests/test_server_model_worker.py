@@ -240,3 +240,102 @@ def test_without_a_model_file_no_process_starts_at_all(tmp_path, monkeypatch):
         assert worker.started == 0 and worker.process is None and said == ["heuristic"]
     finally:
         worker.close()
+
+
+# ---------------------------------------------------------------- the tier (model.tier)
+
+
+@pytest.mark.parametrize(("section", "tier", "ranker"), [
+    ({}, "embedded", "model"),
+    ({"model": {"tier": "smollm2"}}, "smollm2", "smollm2"),
+    ({"modelTier": "smollm2"}, "smollm2", "smollm2"),
+    ({"model": {"enabled": False, "tier": "embedded"}}, "embedded", "model"),
+])
+def test_the_tier_setting_names_the_ranker(section, tier, ranker):
+    from leir_server.session.settings import Settings
+
+    settings, problems = Settings.from_json(section)
+    assert (settings.model_tier, settings.model_ranker, problems) == (tier, ranker, [])
+
+
+@pytest.mark.parametrize("section", [{"modelTier": "huge"}, {"model": {"tier": 3}}, {"modelTier": "Embedded"}])
+def test_an_unknown_tier_is_a_settings_warning_and_the_default(section):
+    from leir_server.session.settings import Settings
+
+    settings, problems = Settings.from_json({**section, "target": "llvm"})
+    assert settings.model_tier == "embedded" and settings.model_ranker == "model"
+    (problem,) = problems
+    assert problem.startswith("leir.modelTier: ignored") and "expected one of embedded, smollm2" in problem
+
+
+def test_the_worker_asks_its_factory_for_its_ranker():
+    worker = ModelWorker(factory="model_worker_rankers:named_ranker", timeout=120, ranker="smollm2")
+    try:
+        worker.submit(Request(URI, 1, TEXT, "leir", None, "llvm"))
+        found = _wait(worker, 1)
+        assert found is not None and found.source == "asked for smollm2" and worker.active == "asked for smollm2"
+    finally:
+        worker.close()
+
+
+def test_without_a_fine_tuned_smollm2_no_process_starts(lm_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("LEIR_SMOLLM2_MODEL_DIR", str(tmp_path))  # empty: the larger tier is not made
+    monkeypatch.setenv("LEIR_MODEL_DIR", str(lm_model_dir))  # the embedded tier is: asking for it would start one
+    said = []
+    worker = ModelWorker(on_active=said.append, ranker="smollm2")  # the real factory
+    try:
+        worker.submit(Request(URI, 1, TEXT, "leir", None, "llvm"))
+        deadline = time.monotonic() + 60
+        while not said and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert said == ["heuristic"] and worker.started == 0 and worker.process is None
+    finally:
+        worker.close()
+
+
+def test_the_server_keeps_one_worker_per_tier(workers):
+    embedded = workers.model_worker(ranker="model")
+    assert workers.model_worker(ranker="model") is embedded and not embedded.closed
+    larger = workers.model_worker(ranker="smollm2")
+    assert larger is not embedded and larger.ranker == "smollm2" and workers.model is larger
+    assert embedded.closed  # stopped: its process (had it one) is gone
+
+
+@pytest.fixture
+def both_tiers(lm_model_dir, monkeypatch):
+    """The tiny trained model as both the embedded and the larger tier, for a server started after this fixture."""
+    monkeypatch.setenv("LEIR_MODEL_DIR", str(lm_model_dir))
+    monkeypatch.setenv("LEIR_SMOLLM2_MODEL_DIR", str(lm_model_dir))
+    return lm_model_dir
+
+
+async def test_changing_the_tier_restarts_the_worker_with_the_tiers_ranker(both_tiers, bare_lsp):
+    import asyncio
+
+    from lsp_fixtures import LEIR_SETTINGS, initialize
+    from lsprotocol import types
+
+    await initialize(bare_lsp, settings={**LEIR_SETTINGS, "model": {"enabled": True, "tier": "embedded"}})
+    await bare_lsp.open("tiers.leir", TEXT)
+
+    async def statuses(n):
+        while len(_ranker_statuses(bare_lsp)) < n:
+            await asyncio.sleep(0.1)
+    await asyncio.wait_for(statuses(1), 180)  # a bound on a hang (torch loads in the worker)
+    assert _ranker_statuses(bare_lsp) == ["model"]
+
+    bare_lsp.set_configuration({**LEIR_SETTINGS, "model": {"enabled": True, "tier": "smollm2"}}, section="leir")
+    bare_lsp.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
+    await asyncio.wait_for(statuses(2), 180)
+    assert _ranker_statuses(bare_lsp) == ["model", "smollm2"]
+    assert any("ranked by the local model (smollm2)" in m.message for m in bare_lsp.log_messages)
+
+    bare_lsp.set_configuration({**LEIR_SETTINGS, "model": {"enabled": True, "tier": "tiny"}}, section="leir")
+    bare_lsp.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
+
+    async def warned():
+        while not any("modelTier: ignored 'tiny'" in m.message for m in bare_lsp.log_messages):
+            await asyncio.sleep(0.1)
+    await asyncio.wait_for(warned(), 60)  # a clear settings warning, then the default tier: the embedded model again
+    await asyncio.wait_for(statuses(3), 180)
+    assert _ranker_statuses(bare_lsp) == ["model", "smollm2", "model"]

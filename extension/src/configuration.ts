@@ -13,6 +13,9 @@ export const SECTION = "leir";
 
 export type Target = "llvm" | "cuda" | "rpc";
 
+/** `leir.model.tier`: the embedded model, or the larger SmolLM2 one. */
+export type ModelTier = "embedded" | "smollm2";
+
 /** The contract's keys, as the server accepts them. */
 export interface ServerConfiguration {
   target: Target;
@@ -22,8 +25,9 @@ export interface ServerConfiguration {
   measurementBudget: number;
   /** MB a program may need to be verified, run or measured; null: the server's default (LEIR_MEMORY_BUDGET_MB or 1000). */
   memoryBudgetMB: number | null;
-  model: { enabled: boolean };
+  model: { enabled: boolean; tier: ModelTier };
   modelEnabled: boolean;
+  modelTier: ModelTier;
   suggestionsOnSave: boolean;
 }
 
@@ -37,12 +41,14 @@ export const DEFAULTS: ServerConfiguration = {
   autoMeasure: false,
   measurementBudget: 24,
   memoryBudgetMB: null,
-  model: { enabled: true },
+  model: { enabled: true, tier: "embedded" },
   modelEnabled: true,
+  modelTier: "embedded",
   suggestionsOnSave: false,
 };
 
 const TARGETS: readonly string[] = ["llvm", "cuda", "rpc"];
+const MODEL_TIERS: readonly string[] = ["embedded", "smollm2"];
 
 /**
  * The section to send. A value of the wrong type falls back to the default
@@ -63,6 +69,8 @@ export function serverConfiguration(get: ConfigGetter): ServerConfiguration {
   const budget = get("measurementBudget");
   const memory = get("memoryBudgetMB");
   const modelEnabled = bool("model.enabled", DEFAULTS.modelEnabled);
+  const tier = str("model.tier", DEFAULTS.modelTier);
+  const modelTier = (MODEL_TIERS.includes(tier) ? tier : DEFAULTS.modelTier) as ModelTier;
   return {
     target: (TARGETS.includes(target) ? target : DEFAULTS.target) as Target,
     rpcTracker: str("rpcTracker", DEFAULTS.rpcTracker),
@@ -70,8 +78,9 @@ export function serverConfiguration(get: ConfigGetter): ServerConfiguration {
     autoMeasure: bool("autoMeasure", DEFAULTS.autoMeasure),
     measurementBudget: Number.isInteger(budget) ? (budget as number) : DEFAULTS.measurementBudget,
     memoryBudgetMB: typeof memory === "number" && memory >= 1 ? memory : DEFAULTS.memoryBudgetMB,
-    model: { enabled: modelEnabled },
+    model: { enabled: modelEnabled, tier: modelTier },
     modelEnabled,
+    modelTier,
     suggestionsOnSave: bool("suggestionsOnSave", DEFAULTS.suggestionsOnSave),
   };
 }

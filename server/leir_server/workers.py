@@ -239,20 +239,28 @@ class Workers:
 
     # ------------------------------------------------------------ the model
 
-    def model_worker(self, on_active=None) -> "ModelWorker":
-        """The model worker, created (not yet started: its process starts
-        with the first ranking) here."""
+    def model_worker(self, on_active=None, ranker: str = "model") -> "ModelWorker":
+        """The model worker for the ranker ``ranker`` (the ``model.tier``
+        setting's), created (not yet started: its process starts with the
+        first ranking) here; one for another ranker is stopped first."""
         from leir_server.model_worker import ModelWorker
 
         with self._lock:
             if self.closed:
                 raise RequestFailed("the server is shutting down")
+            old = None
+            if self.model is not None and self.model.ranker != ranker:
+                old, self.model = self.model, None
             if self.model is None:
-                self.model = ModelWorker(on_active=on_active, context=_context)
-            return self.model
+                self.model = ModelWorker(on_active=on_active, context=_context, ranker=ranker)
+            found = self.model
+        if old is not None:
+            old.close()
+        return found
 
     def stop_model(self) -> None:
-        """Stop the model worker, if one was created (``model_enabled`` turned off)."""
+        """Stop the model worker, if one was created (``model_enabled`` turned
+        off, or ``model.tier`` changed)."""
         with self._lock:
             model, self.model = self.model, None
         if model is not None:

@@ -165,8 +165,9 @@ describe("leir-lsp over stdio, as the extension drives it", () => {
       autoMeasure: false,
       measurementBudget: 4,
       memoryBudgetMB: null,
-      model: { enabled: false },
+      model: { enabled: false, tier: "embedded" },
       modelEnabled: false,
+      modelTier: "embedded",
       suggestionsOnSave: false,
     });
 
@@ -293,6 +294,7 @@ describe("the client's settings and the server's Settings", () => {
       measurement_budget: DEFAULTS.measurementBudget,
       memory_budget_mb: DEFAULTS.memoryBudgetMB,
       model_enabled: DEFAULTS.modelEnabled,
+      model_tier: DEFAULTS.modelTier,
       suggestions_on_save: DEFAULTS.suggestionsOnSave,
     });
   });
@@ -308,6 +310,7 @@ describe("the client's settings and the server's Settings", () => {
           measurementBudget: 7,
           memoryBudgetMB: 2500,
           "model.enabled": false,
+          "model.tier": "smollm2",
           suggestionsOnSave: true,
         })[key],
     );
@@ -321,6 +324,7 @@ describe("the client's settings and the server's Settings", () => {
       measurement_budget: 7,
       memory_budget_mb: 2500,
       model_enabled: false,
+      model_tier: "smollm2",
       suggestions_on_save: true,
     });
   });

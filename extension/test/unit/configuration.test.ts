@@ -13,7 +13,7 @@ describe("serverConfiguration", () => {
     assert.deepEqual(serverConfiguration(getter({})), DEFAULTS);
   });
 
-  it("maps every contract key, model.enabled in both spellings", () => {
+  it("maps every contract key, model.enabled and model.tier in both spellings", () => {
     const config = serverConfiguration(
       getter({
         target: "rpc",
@@ -23,6 +23,7 @@ describe("serverConfiguration", () => {
         measurementBudget: 64,
         memoryBudgetMB: 2500,
         "model.enabled": false,
+        "model.tier": "smollm2",
         suggestionsOnSave: true,
       }),
     );
@@ -33,8 +34,9 @@ describe("serverConfiguration", () => {
       autoMeasure: true,
       measurementBudget: 64,
       memoryBudgetMB: 2500,
-      model: { enabled: false },
+      model: { enabled: false, tier: "smollm2" },
       modelEnabled: false,
+      modelTier: "smollm2",
       suggestionsOnSave: true,
     });
   });
@@ -46,12 +48,21 @@ describe("serverConfiguration", () => {
 
   it("replaces values of the wrong type by the defaults", () => {
     const config = serverConfiguration(
-      getter({ target: "tpu", measurementBudget: 2.5, autoMeasure: "yes", "model.enabled": 0, rpcKey: 7 }),
+      getter({
+        target: "tpu",
+        measurementBudget: 2.5,
+        autoMeasure: "yes",
+        "model.enabled": 0,
+        rpcKey: 7,
+        "model.tier": "huge",
+      }),
     );
     assert.equal(config.target, "llvm");
     assert.equal(config.measurementBudget, 24);
     assert.equal(config.autoMeasure, false);
     assert.equal(config.modelEnabled, true);
+    assert.equal(config.modelTier, "embedded");
+    assert.deepEqual(config.model, { enabled: true, tier: "embedded" });
     assert.equal(config.rpcKey, "");
   });
 });

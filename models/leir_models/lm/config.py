@@ -134,8 +134,26 @@ class TrainConfig:
     vocab_size: int = 4096
     #: torch threads; None: torch's default (the machine's cores).
     threads: int | None = None
-    #: The model's shape (``MODEL`` overridden by these keys).
+    #: The model's shape (``MODEL`` overridden by these keys); from scratch only.
     model: dict[str, Any] = field(default_factory=dict)
+    #: A model directory to start from (``store.load_model``: its tokenizer,
+    #: config and weights) instead of a new tokenizer and random weights:
+    #: the larger tier fine-tunes SmolLM2 as ``leir model import-smollm2``
+    #: wrote it (``pretrained.py``). None: from scratch.
+    init: str | None = None
+    #: With ``init``: 0 trains every weight (a full fine-tune); r > 0 trains
+    #: rank-r LoRA adapters (peft) on every attention and MLP projection
+    #: (``LORA_TARGETS``), and the embedding rows of the five special tokens
+    #: (SmolLM2's were other tokens: ``pretrained.RENAMED``), everything else
+    #: frozen; the adapters are merged into the weights before saving, so the
+    #: directory written is a plain model that ``load_model`` reads. LoRA's
+    #: alpha is 2r: the adapters' output is scaled by alpha / r = 2 whatever
+    #: r is, so changing r does not change the learning rate that suits it.
+    lora_rank: int = 0
+    #: Where the model trains: "cpu", or "cuda" ("cuda:N") where torch sees a
+    #: GPU. The same seed gives the same weights bit for bit on the CPU
+    #: (tested); on a GPU that is not promised (cuBLAS may reorder sums).
+    device: str = "cpu"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -145,6 +163,19 @@ class TrainConfig:
 
 
 TRAIN = TrainConfig()
+
+#: The projections LoRA adapts (``TrainConfig.lora_rank``): all seven
+#: matrices of each Llama layer, as QLoRA found best (adapting attention
+#: alone lost quality).
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+#: Peak learning rates when fine-tuning (``init``; ``leir model train
+#: --init`` uses them unless ``--lr`` is given), where ``TRAIN``'s 1e-3 is
+#: for random weights. Full: a tenth of it, so that a few hundred steps on a
+#: few hundred states do not wash out what SmolLM2 learned. LoRA: the
+#: adapters start at zero and stay small, so a higher rate. Not tuned: no
+#: fine-tuning run of SmolLM2 has been made yet (docs/model.md).
+FINE_TUNE_LEARNING_RATE = {"full": 1e-4, "lora": 5e-4}
 
 #: A tiny shape for tests: trains a few steps in about a second.
 TINY_MODEL: dict[str, Any] = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,

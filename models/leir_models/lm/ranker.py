@@ -17,7 +17,10 @@ involved (``torch.load`` is never called). ``load_default`` is the
 ``model`` entry point of ``leir.rankers``: the shipped model in
 ``leir_models/lm/data/`` (or ``$LEIR_MODEL_DIR``); it raises when there is
 none, and ``leir.tools.ranking.load_ranker`` then falls back to the
-heuristic with the reason logged.
+heuristic with the reason logged. ``load_smollm2`` is the ``smollm2`` entry
+point, the larger tier: SmolLM2-135M fine-tuned on the dataset, in
+``store.smollm2_model_dir()`` (``$LEIR_SMOLLM2_MODEL_DIR`` or
+``~/.cache/leir/smollm2-ft``; docs/model.md, "The larger tier").
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Any, Sequence
 
 from leir_models.lm import tokenizer as tk
 from leir_models.lm.data import candidate_text, prompt_text, state_of_analysis
-from leir_models.lm.store import default_dir, load_model
+from leir_models.lm.store import MODEL_FILES, default_dir, load_model, smollm2_dir, smollm2_model_dir
 
 #: Tree nodes (candidate tokens, shared prefixes once) per forward pass after the prompt's.
 CHUNK_NODES = 2048
@@ -189,8 +192,27 @@ def _missing() -> str | None:
     """What ``load_default`` would miss, checked without loading anything
     (``leir.tools.ranking.ranker_missing``)."""
     path = default_dir()
-    absent = [n for n in ("config.json", "model.safetensors", "tokenizer.json") if not (path / n).is_file()]
+    absent = [n for n in MODEL_FILES if not (path / n).is_file()]
     return f"no model in {path} (missing {', '.join(absent)})" if absent else None
 
 
 load_default.missing = _missing
+
+
+def load_smollm2() -> ModelRanker:
+    """The larger tier: the fine-tuned SmolLM2 in ``store.smollm2_model_dir()``,
+    named "smollm2"; raises when it is missing."""
+    return ModelRanker.load(smollm2_model_dir(), name="smollm2")
+
+
+def _smollm2_missing() -> str | None:
+    """What ``load_smollm2`` would miss, and the commands that make it."""
+    path = smollm2_model_dir()
+    absent = [n for n in MODEL_FILES if not (path / n).is_file()]
+    if not absent:
+        return None
+    return (f"no fine-tuned SmolLM2 in {path} (missing {', '.join(absent)}; make one with `leir model "
+            f"import-smollm2`, then `leir model train --init {smollm2_dir()} --lora 8`)")
+
+
+load_smollm2.missing = _smollm2_missing

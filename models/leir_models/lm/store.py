@@ -2,7 +2,13 @@
 model's directory, ``leir_models/lm/data/``), ``default_dir`` (that, or
 ``$LEIR_MODEL_DIR``) and ``load_model`` (a directory ``train`` wrote: JSON
 and safetensors only, no pickle). The ranker and the reasoning both read a
-model through it."""
+model through it.
+
+The larger tier (``pretrained.py``, docs/model.md) lives outside the
+package, its float32 weights being about 540 MB: ``smollm2_dir`` (SmolLM2
+as imported from the GGUF, what fine-tuning starts from) and
+``smollm2_model_dir`` (the fine-tuned model the ``smollm2`` ranker loads),
+both in the same format, so ``load_model`` reads either."""
 
 from __future__ import annotations
 
@@ -11,16 +17,20 @@ from pathlib import Path
 
 from leir_models.lm import tokenizer as tk
 
-__all__ = ["DATA_DIR", "SHIPPED_FILES", "default_dir", "load_model", "ship"]
+__all__ = ["DATA_DIR", "MODEL_FILES", "SHIPPED_FILES", "default_dir", "load_model", "ship", "smollm2_dir",
+           "smollm2_model_dir"]
 
 #: The shipped model's directory.
 DATA_DIR = Path(__file__).resolve().parent / "data"
+
+#: What ``load_model`` reads from a model directory.
+MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.json")
 
 
 def load_model(path: str | Path):
     """(model, tokenizer) from a directory ``train`` wrote; raises FileNotFoundError naming a missing file."""
     path = Path(path)
-    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+    for name in MODEL_FILES:
         if not (path / name).is_file():
             raise FileNotFoundError(f"{path / name} is missing (train one with `leir model train --out {path}`)")
     from safetensors.torch import load_model as load_weights
@@ -38,6 +48,27 @@ def load_model(path: str | Path):
 def default_dir() -> Path:
     """``$LEIR_MODEL_DIR`` when set, else the shipped model's directory."""
     return Path(os.environ["LEIR_MODEL_DIR"]) if os.environ.get("LEIR_MODEL_DIR") else DATA_DIR
+
+
+def _user_cache() -> Path:
+    """``$XDG_CACHE_HOME/leir``, or ``~/.cache/leir`` (XDG: a relative path is invalid)."""
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache") / "leir"
+
+
+def smollm2_dir() -> Path:
+    """SmolLM2-135M-Instruct imported from the GGUF (``leir model
+    import-smollm2``): ``$LEIR_SMOLLM2_DIR``, else ``~/.cache/leir/smollm2``."""
+    found = os.environ.get("LEIR_SMOLLM2_DIR")
+    return Path(found) if found else _user_cache() / "smollm2"
+
+
+def smollm2_model_dir() -> Path:
+    """The fine-tuned SmolLM2 the ``smollm2`` ranker loads, and where ``leir
+    model train --init DIR`` writes when no ``--out`` is given:
+    ``$LEIR_SMOLLM2_MODEL_DIR``, else ``~/.cache/leir/smollm2-ft``."""
+    found = os.environ.get("LEIR_SMOLLM2_MODEL_DIR")
+    return Path(found) if found else _user_cache() / "smollm2-ft"
 
 
 #: What a shipped model directory holds (``ship`` copies them).

@@ -1,11 +1,17 @@
-"""Train the model from scratch: ``leir model train [--steps N] [--seed S] [--out DIR] [--data DIR]``.
+"""Train the model from scratch, or fine-tune one: ``leir model train [--steps N] [--seed S] [--out DIR]
+[--data DIR] [--init DIR [--lora R]]``.
 
 Reads top to bottom, as nanoGPT's train.py does:
 
 1. seed everything (``TrainConfig.seed``) and read the states (``data.py``);
-2. train the tokenizer on the training split's text (``tokenizer.py``);
-3. build the Llama of ``config.py`` (random initialisation);
-4. AdamW with a linear warm-up and a cosine decay;
+2. train the tokenizer on the training split's text (``tokenizer.py``), or,
+   fine-tuning (``TrainConfig.init``), take the initial model's;
+3. build the Llama of ``config.py`` (random initialisation), or load the
+   initial model (SmolLM2 for the larger tier: ``pretrained.py``), with
+   LoRA adapters when ``TrainConfig.lora_rank`` > 0 (peft: the attention and
+   MLP projections and the special tokens' embedding rows train, the rest
+   is frozen);
+4. AdamW (over the weights that train) with a linear warm-up and a cosine decay;
 5. each step: a batch of states, each one sequence: the prompt, then every
    measured candidate as a branch after it (``state_sequence``); the loss is
    the language-model loss (the prompt, and the positive's step and
@@ -15,6 +21,7 @@ Reads top to bottom, as nanoGPT's train.py does:
 6. every ``eval_every`` steps, the same losses on the validation split, and
    the pairwise accuracy there; the weights of the best validation loss
    (or ranking loss alone: ``TrainConfig.select``) are the ones kept;
+   LoRA adapters are then merged into the weights they adapt;
 7. write ``OUT/model.safetensors`` (``safetensors.torch.save_model``: tied
    embeddings stored once), ``OUT/config.json`` (the ``LlamaConfig``),
    ``OUT/tokenizer.json``, ``OUT/training.json`` (settings, figures, the
@@ -22,15 +29,18 @@ Reads top to bottom, as nanoGPT's train.py does:
    not used; ``ranker.load_model`` reads these files back).
 
 Same seed, same data, same torch thread count: the same weights, bit for
-bit (tests/test_lm_train.py trains twice for 3 steps).
+bit (tests/test_lm_train.py trains twice for 3 steps; tests/test_lm_pretrained.py
+fine-tunes SmolLM2 twice with LoRA).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import time
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -112,7 +122,8 @@ def losses(model, batch: list[State], tok, cfg: TrainConfig):
     import torch.nn.functional as F
 
     seqs = [state_sequence(st, tok, cfg) for st in batch]
-    ids, positions, mask = collate(seqs, next(model.parameters()).dtype)
+    weight = next(model.parameters())
+    ids, positions, mask = (t.to(weight.device) for t in collate(seqs, weight.dtype))
     logp = torch.log_softmax(model(input_ids=ids, attention_mask=mask, position_ids=positions).logits.float(), -1)
     rows, cols, tokens, is_lm, cand = [], [], [], [], []
     pairs = []
@@ -126,14 +137,16 @@ def losses(model, batch: list[State], tok, cfg: TrainConfig):
             cand.append(base + k if k >= 0 else -1)
         pairs.extend((base + i, base + j) for i, j in st.pairs(cfg.pair_margin))
         base += len(st.candidates)
-    picked = logp[torch.tensor(rows), torch.tensor(cols), torch.tensor(tokens)]
-    is_lm_t = torch.tensor(is_lm)
+    on = logp.device
+    picked = logp[torch.tensor(rows, device=on), torch.tensor(cols, device=on), torch.tensor(tokens, device=on)]
+    is_lm_t = torch.tensor(is_lm, device=on)
     lm = -picked[is_lm_t].mean()
-    cand_t = torch.tensor(cand)
-    step_lp = torch.zeros(base, dtype=picked.dtype).index_add(0, cand_t.clamp(min=0), picked * (cand_t >= 0))
+    cand_t = torch.tensor(cand, device=on)
+    step_lp = torch.zeros(base, dtype=picked.dtype, device=on).index_add(0, cand_t.clamp(min=0),
+                                                                         picked * (cand_t >= 0))
     if pairs:
-        better = torch.tensor([i for i, _ in pairs])
-        worse = torch.tensor([j for _, j in pairs])
+        better = torch.tensor([i for i, _ in pairs], device=on)
+        worse = torch.tensor([j for _, j in pairs], device=on)
         margin = step_lp[better] - step_lp[worse]
         rank = F.softplus(-margin).mean()
         right = int((margin > 0).sum())
@@ -148,7 +161,8 @@ def step_logprobs(model, st: State, tok, cfg: TrainConfig) -> list[float]:
     import torch
 
     s = state_sequence(st, tok, cfg)
-    ids, positions, mask = collate([s], next(model.parameters()).dtype)
+    weight = next(model.parameters())
+    ids, positions, mask = (t.to(weight.device) for t in collate([s], weight.dtype))
     with torch.no_grad():
         logp = torch.log_softmax(model(input_ids=ids, attention_mask=mask, position_ids=positions).logits.float(), -1)
     out = [0.0] * len(st.candidates)
@@ -221,12 +235,19 @@ def _train(cfg: TrainConfig, data: str | Path, out: str | Path, log: Callable[[s
     hf_logging.set_verbosity_error()
     t0 = time.perf_counter()
     out = Path(out)
+    device = _device(cfg)
+    init = _check_init(cfg, out)
+    if cfg.select not in ("loss", "rank"):
+        raise ValueError(f"select {cfg.select!r}: expected loss or rank")
     out.mkdir(parents=True, exist_ok=True)
 
     # 1. seeds and data
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-    torch.use_deterministic_algorithms(True)
+    if device.type == "cuda":  # cuBLAS is deterministic only with a fixed workspace, set before its first use
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    # On a GPU, an operation without a deterministic kernel warns instead of stopping the run.
+    torch.use_deterministic_algorithms(True, warn_only=device.type != "cpu")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     states, source = load_states(data)
@@ -238,22 +259,33 @@ def _train(cfg: TrainConfig, data: str | Path, out: str | Path, log: Callable[[s
         f"validation {len(val_states)}; positives in train: "
         f"{sum(s.positive(cfg.min_speedup) is not None for s in train_states)}")
 
-    # 2. the tokenizer, on the training split only
-    tok = tk.train_tokenizer(tokenizer_corpus(train_states), cfg.vocab_size)
-    tk.save(tok, out / "tokenizer.json")
+    # 2-3. the tokenizer (on the training split only) and the model; or the initial model's
+    if init is None:
+        tok = tk.train_tokenizer(tokenizer_corpus(train_states), cfg.vocab_size)
+        config = llama_config(cfg.model, vocab_size=tok.get_vocab_size())
+        model = LlamaForCausalLM(config)
+        start = "from scratch"
+    else:
+        from leir_models.lm.store import load_model
 
-    # 3. the model
-    config = llama_config(cfg.model, vocab_size=tok.get_vocab_size())
-    model = LlamaForCausalLM(config)
-    model.train()
+        model, tok = load_model(init["dir"])
+        config = model.config
+        start = f"fine-tuned from {init['name']}, " + (f"LoRA r={cfg.lora_rank}" if cfg.lora_rank else "every weight")
+    tk.save(tok, out / "tokenizer.json")
     params = sum(p.numel() for p in model.parameters())
     assert params == parameter_count(config.to_dict()), (params, parameter_count(config.to_dict()))
+    if cfg.lora_rank:
+        model = _with_lora(model, cfg.lora_rank)
+    model.to(device)
+    model.train()
+    trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     log(f"model: Llama {config.hidden_size} wide, {config.num_hidden_layers} layers, vocabulary "
-        f"{config.vocab_size}: {params / 1e6:.2f}M parameters; {cfg.steps} steps of {cfg.batch_states} states")
+        f"{config.vocab_size}: {params / 1e6:.2f}M parameters, {sum(p.numel() for _, p in trained) / 1e6:.2f}M "
+        f"trained ({start}); {cfg.steps} steps of {cfg.batch_states} states on {device}")
 
     # 4. AdamW (decay on matrices only) and the schedule
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    decay = [p for _, p in trained if p.dim() >= 2]
+    no_decay = [p for _, p in trained if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2))
@@ -262,8 +294,8 @@ def _train(cfg: TrainConfig, data: str | Path, out: str | Path, log: Callable[[s
     rng = random.Random(cfg.seed)
     order: list[State] = []
     curve, tokens_seen = [], 0
-    if cfg.select not in ("loss", "rank"):
-        raise ValueError(f"select {cfg.select!r}: expected loss or rank")
+    # The kept weights are those that train (frozen ones never change): all of
+    # them from scratch, the adapters alone with LoRA.
     best = {"criterion": math.inf, "loss": math.inf, "step": -1, "weights": None}
     for step in range(cfg.steps):
         if len(order) < cfg.batch_states:
@@ -277,7 +309,7 @@ def _train(cfg: TrainConfig, data: str | Path, out: str | Path, log: Callable[[s
         loss = lm + cfg.rank_weight * rank
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        torch.nn.utils.clip_grad_norm_([p for _, p in trained], cfg.grad_clip)
         opt.step()
         tokens_seen += ntok
         if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
@@ -293,13 +325,18 @@ def _train(cfg: TrainConfig, data: str | Path, out: str | Path, log: Callable[[s
                 f"{point['seconds']:.0f} s")
             if _criterion(v, cfg) < best["criterion"]:
                 best = {"criterion": _criterion(v, cfg), "loss": v["loss"], "step": step + 1,
-                        "weights": {k: t.detach().clone() for k, t in model.state_dict().items()}}
+                        "weights": {n: p.detach().clone() for n, p in trained}}
     if best["weights"] is not None:
-        model.load_state_dict(best["weights"])
+        with torch.no_grad():
+            for n, p in trained:
+                p.copy_(best["weights"][n])
+    if cfg.lora_rank:
+        model = model.merge_and_unload()  # a plain LlamaForCausalLM again, the adapters inside its weights
 
     # 7. the files
     from safetensors.torch import save_model
 
+    model.to("cpu")
     model.eval()
     save_model(model, str(out / "model.safetensors"), metadata={"format": "pt"})
     config.to_json_file(str(out / "config.json"))
@@ -308,7 +345,9 @@ def _train(cfg: TrainConfig, data: str | Path, out: str | Path, log: Callable[[s
         "format": "leir-lm/1",
         "data": {"dir": str(data), "source": source, "train_states": len(train_states),
                  "validation_states": len(val_states)},
-        "parameters": params, "vocab_size": config.vocab_size, "settings": cfg.to_json(),
+        "init": init,
+        "parameters": params, "trained_parameters": sum(p.numel() for _, p in trained),
+        "vocab_size": config.vocab_size, "settings": cfg.to_json(), "device": str(device),
         "tokens_seen": tokens_seen, "seconds": round(seconds, 1), "torch_threads": torch.get_num_threads(),
         "best_step": best["step"], "best_val_loss": best["loss"], "curve": curve,
     }
@@ -321,16 +360,99 @@ def _train(cfg: TrainConfig, data: str | Path, out: str | Path, log: Callable[[s
     return summary
 
 
+def _device(cfg: TrainConfig):
+    """``cfg.device`` as a torch device; ``ValueError`` when torch cannot use it here."""
+    import torch
+
+    try:
+        device = torch.device(cfg.device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device {cfg.device!r}: {e}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {cfg.device!r}: torch {torch.__version__} sees no CUDA GPU here "
+                         "(train on the CPU with --device cpu, or on a machine with a GPU and a CUDA build of torch)")
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {cfg.device!r}: expected cpu or cuda")
+    return device
+
+
+def _check_init(cfg: TrainConfig, out: Path) -> dict | None:
+    """The initial model (``cfg.init``): its directory, name and ``source.json``
+    (a SmolLM2 import's), checked before anything is read or written."""
+    from leir_models.lm.store import MODEL_FILES
+
+    if cfg.init is None:
+        if cfg.lora_rank:
+            raise ValueError("LoRA adapts a trained model: give the model to start from (--init DIR)")
+        return None
+    if cfg.lora_rank < 0:
+        raise ValueError(f"LoRA rank {cfg.lora_rank}: expected 0 (every weight trains) or more")
+    if cfg.model:
+        raise ValueError("a fine-tune keeps its initial model's shape: --tiny (a model shape) and --init exclude "
+                         "each other")
+    init = Path(cfg.init)
+    absent = [n for n in MODEL_FILES if not (init / n).is_file()]
+    if absent:
+        raise FileNotFoundError(f"{init} is no model directory (missing {', '.join(absent)}); "
+                                "`leir model import-smollm2` writes SmolLM2's")
+    if out.resolve() == init.resolve():
+        raise ValueError(f"{out}: the fine-tuned model would overwrite the one it starts from; give another --out")
+    if cfg.lora_rank:
+        import importlib.util
+
+        if importlib.util.find_spec("peft") is None:
+            from leir_models.lm.pretrained import INSTALL_LM, PretrainedUnavailable
+
+            raise PretrainedUnavailable(f"LoRA (--lora) needs the peft package; install it with: {INSTALL_LM}")
+    try:
+        source = json.loads((init / "source.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        source = None
+    name = source.get("model") if isinstance(source, dict) and source.get("model") else f"the model in {init}"
+    return {"dir": str(init), "name": name, "source": source}
+
+
+def _with_lora(model, rank: int):
+    """``model`` with rank-``rank`` LoRA adapters on ``config.LORA_TARGETS``
+    and trainable embedding rows for the special tokens (peft); every other
+    weight frozen. The adapters' initialisation draws from torch's seeded
+    generator, so the same seed gives the same adapters."""
+    from peft import LoraConfig, get_peft_model
+
+    from leir_models.lm.config import LORA_TARGETS, SPECIAL_TOKENS
+
+    lora = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, bias="none", target_modules=list(LORA_TARGETS),
+                      trainable_token_indices={"embed_tokens": list(range(len(SPECIAL_TOKENS)))})
+    with warnings.catch_warnings():
+        # peft 0.21 asks transformers 5.24 for is_gradient_checkpointing, which warns that it is renamed.
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        return get_peft_model(model, lora)
+
+
 def model_card(summary: dict, llama: dict) -> str:
     """``OUT/README.md``: what the model is, what it was trained on, how, and its figures."""
     cfg = summary["settings"]
     last = summary["curve"][-1] if summary["curve"] else {}
     best = next((p for p in summary["curve"] if p["step"] == summary["best_step"]), {})
     acc = best.get("val_pair_accuracy")
+    init = summary.get("init")
+    if init is None:
+        how = f"""A Llama (transformers `LlamaForCausalLM`) trained from scratch with
+`leir model train --steps {cfg['steps']} --seed {cfg['seed']}` (models/leir_models/lm/; docs/model.md)."""
+    else:
+        source = init.get("source") or {}
+        origin = (f" (imported from `{source['file']}` of {source.get('wheel')}, sha256 "
+                  f"{source.get('gguf_sha256', '?')[:12]}...)" if source.get("file") else "")
+        what = (f"with LoRA r={cfg['lora_rank']} (alpha {2 * cfg['lora_rank']}) on every attention and MLP "
+                "projection and the special tokens' embedding rows, merged into the weights"
+                if cfg.get("lora_rank") else "with every weight trained (a full fine-tune)")
+        lora = f" --lora {cfg['lora_rank']}" if cfg.get("lora_rank") else ""
+        how = f"""A Llama (transformers `LlamaForCausalLM`) fine-tuned from {init['name']}{origin}
+{what}, with `leir model train --init {init['dir']}{lora} --steps {cfg['steps']} --seed {cfg['seed']}`
+(models/leir_models/lm/; docs/model.md, "The larger tier")."""
     return f"""# leir-lm: the local model that ranks schedule steps
 
-A Llama (transformers `LlamaForCausalLM`) trained from scratch with
-`leir model train --steps {cfg['steps']} --seed {cfg['seed']}` (models/leir_models/lm/; docs/model.md).
+{how}
 It scores every legal candidate step of a LEIR program by its
 log-likelihood after a prompt of the program, its tensors, the target and
 the machine; it never generates a step.
@@ -346,7 +468,7 @@ the machine; it never generates a step.
   (pairs {cfg['pair_margin']}x apart or more).
 - Training: {cfg['steps']} AdamW steps of {cfg['batch_states']} states, peak learning rate {cfg['learning_rate']},
   cosine to {cfg['min_lr_ratio']}x; {summary['tokens_seen']:,} tokens in {summary['seconds']:.0f} s on
-  {summary['torch_threads']} torch threads.
+  {summary.get('device', 'cpu')}, {summary['torch_threads']} torch threads.
 - Kept: the step of the best validation {'ranking loss' if cfg.get('select') == 'rank' else 'loss'}, {summary['best_step']} ({summary['best_val_loss']:.3f}; LM
   {best.get('val_lm', float('nan')):.3f}, ranking {best.get('val_rank', float('nan')):.3f}, validation pairs
   ordered right {'-' if acc is None else f'{acc:.2f}'}); at the last step the validation loss was

@@ -27,6 +27,12 @@ CONFIG_SECTION = "leir"
 #: The targets a program is built for, and "rpc": a device behind a TVM RPC tracker.
 TARGETS = (*BUILD_TARGETS, "rpc")
 
+#: ``model.tier``: which local model ranks, as the name of its ranker in
+#: ``leir.rankers`` (``leir.tools.ranking.load_ranker``). "embedded": the
+#: 5M-parameter model shipped in the package; "smollm2": SmolLM2-135M
+#: fine-tuned by the user (docs/model.md, "The larger tier").
+MODEL_TIERS = {"embedded": "model", "smollm2": "smollm2"}
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -45,6 +51,9 @@ class Settings:
     measurement_budget: int = 24
     #: Rank suggestions with the local model (when one is installed).
     model_enabled: bool = True
+    #: Which local model (``MODEL_TIERS``): the embedded one by default, the
+    #: larger SmolLM2 one where the user has fine-tuned it.
+    model_tier: str = "embedded"
     #: Publish the top suggestions on save as Hint diagnostics, for editors
     #: without a code-action menu.
     suggestions_on_save: bool = False
@@ -88,9 +97,12 @@ class Settings:
         take("measurementBudget", "measurement_budget", int, lambda v: MIN_BUDGET <= v <= 10_000,
              f"expected a whole number from {MIN_BUDGET} to 10000: the start, a candidate and its paired confirmation")
         model = data.get("model")
-        if isinstance(model, dict) and "enabled" in model:
-            data = {**data, "modelEnabled": model.get("enabled")}
+        if isinstance(model, dict):  # nested form {"model": {"enabled": ..., "tier": ...}}
+            for key, flat in (("enabled", "modelEnabled"), ("tier", "modelTier")):
+                if key in model:
+                    data = {**data, flat: model.get(key)}
         take("modelEnabled", "model_enabled", bool)
+        take("modelTier", "model_tier", str, lambda v: v in MODEL_TIERS, f"expected one of {', '.join(MODEL_TIERS)}")
         take("suggestionsOnSave", "suggestions_on_save", bool)
         take("memoryBudgetMB", "memory_budget_mb", (int, float), lambda v: not isinstance(v, bool) and 1 <= v <= 10**7,
              "expected a number of megabytes from 1 to 10000000")
@@ -99,6 +111,11 @@ class Settings:
             problems.append(f"{CONFIG_SECTION}.target is rpc but rpcTracker and rpcKey are not both set; using llvm")
             settings = cls(**{**values, "target": "llvm"})
         return settings, problems
+
+    @property
+    def model_ranker(self) -> str:
+        """The ranker the model worker loads for ``model_tier``."""
+        return MODEL_TIERS[self.model_tier]
 
     @property
     def measure_target(self):
