@@ -279,13 +279,56 @@ def _geomean(xs: list[float]) -> float | None:
 # ------------------------------------------------------------ one workload
 
 
+def _searches(args) -> list[tuple[str, str]]:
+    """(row key, cost model) of each leir search a budget runs."""
+    if args.cost_model == "both":
+        return [("leir", "default"), ("leir_prior", "none")]
+    return [("leir", args.cost_model)]
+
+
+def _leir_search(name: str, analysis, budget: int, args, cost_model: str, where: dict):
+    """One ``leir optimize`` search into ``where`` (a fresh measurement cache
+    unless --keep-cache); its final program analysed, or None when it failed."""
+    from leir.semantics import analyze
+    from leir.tools.optimize import optimize
+
+    t0 = time.time()
+    final = None
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"leir-cache-{name}-") as cache:
+            if not args.keep_cache:
+                os.environ["LEIR_CACHE_DIR"] = cache
+            result = optimize(analysis, steps=args.steps, budget=budget, strategy=args.strategy,
+                              **({"cost_model": None} if cost_model == "none" else {}))
+        final = analyze(result.final)
+        where.update(steps=[s.id for s in result.steps], measurements=result.measurements,
+                     cache_hits=result.cache_hits, confirmations=result.confirmations,
+                     unconfirmed=result.unconfirmed, stop_reason=result.stop_reason,
+                     search_start_ms=result.start_ms, search_final_ms=result.final_ms,
+                     trace=[s.to_json() for s in result.steps])
+    except Exception as e:  # report it in the row, carry on
+        where["error"] = _reason(e)
+        traceback.print_exc()
+    finally:
+        if not args.keep_cache:
+            os.environ.pop("LEIR_CACHE_DIR", None)
+            if args.saved_cache_dir is not None:
+                os.environ["LEIR_CACHE_DIR"] = args.saved_cache_dir
+    where["search_s"] = time.time() - t0
+    steps = where.get("steps")
+    label = "leir" if cost_model == "default" else "leir, plans prior (no cost model)"
+    print(f"  budget {budget}: {label} {args.strategy}: "
+          + (f"{len(steps)} steps ({' '.join(steps) or '-'}), {where['measurements']} measurements"
+             if steps is not None else f"failed: {where['error']}")
+          + f", {where['search_s']:.0f} s", flush=True)
+    return final
+
+
 def run_workload(name: str, args, metaschedule: bool) -> dict:
     from leir.bridge.document import load_program
     from leir.bridge.lower import lower
     from leir.bridge.run import compile_program
     from leir.inputs import random_inputs
-    from leir.semantics import analyze
-    from leir.tools.optimize import optimize
 
     analysis, _ = load_program(WORKLOADS / f"{name}.leir")
     inputs = random_inputs(analysis, 0)
@@ -293,39 +336,17 @@ def run_workload(name: str, args, metaschedule: bool) -> dict:
     record = {"workload": name, "loads": [os.getloadavg()[0]], "budgets": {}}
     print(f"== {name}", flush=True)
 
-    finals = {}  # budget -> analysis of leir's final program
+    finals = {}  # (row key, budget) -> analysis of leir's final program
     ms_funcs = {}  # budget -> MetaSchedule's PrimFunc
     for budget in args.budgets:
         row = {"leir": {}, "metaschedule": {}}
         record["budgets"][budget] = row
-        # leir optimize
-        t0 = time.time()
-        try:
-            with tempfile.TemporaryDirectory(prefix=f"leir-cache-{name}-") as cache:
-                if not args.keep_cache:
-                    os.environ["LEIR_CACHE_DIR"] = cache
-                result = optimize(analysis, steps=args.steps, budget=budget, strategy=args.strategy,
-                                  **({"cost_model": None} if args.cost_model == "none" else {}))
-            finals[budget] = analyze(result.final)
-            row["leir"].update(steps=[s.id for s in result.steps], measurements=result.measurements,
-                               cache_hits=result.cache_hits, confirmations=result.confirmations,
-                               unconfirmed=result.unconfirmed, stop_reason=result.stop_reason,
-                               search_start_ms=result.start_ms, search_final_ms=result.final_ms,
-                               trace=[s.to_json() for s in result.steps])
-        except Exception as e:  # report it in the row, carry on
-            row["leir"]["error"] = _reason(e)
-            traceback.print_exc()
-        finally:
-            if not args.keep_cache:
-                os.environ.pop("LEIR_CACHE_DIR", None)
-                if args.saved_cache_dir is not None:
-                    os.environ["LEIR_CACHE_DIR"] = args.saved_cache_dir
-        row["leir"]["search_s"] = time.time() - t0
-        steps = row["leir"].get("steps")
-        print(f"  budget {budget}: leir {args.strategy}: "
-              + (f"{len(steps)} steps ({' '.join(steps) or '-'}), {row['leir']['measurements']} measurements"
-                 if steps is not None else f"failed: {row['leir']['error']}")
-              + f", {row['leir']['search_s']:.0f} s", flush=True)
+        # leir optimize (twice with --cost-model both: the prior's search in row["leir_prior"])
+        for key, cost_model in _searches(args):
+            row[key] = {}
+            final = _leir_search(name, analysis, budget, args, cost_model, row[key])
+            if final is not None:
+                finals[key, budget] = final
         # MetaSchedule
         if not metaschedule:
             row["metaschedule"]["skipped"] = True
@@ -366,8 +387,10 @@ def run_workload(name: str, args, metaschedule: bool) -> dict:
     for budget in args.budgets:
         row = record["budgets"][budget]
         try:
-            if budget in finals:
-                add_tvm(f"leir@{budget}", compile_program(finals[budget]).module, finals[budget], row["leir"])
+            for key, _ in _searches(args):
+                if (key, budget) in finals:
+                    final = finals[key, budget]
+                    add_tvm(f"{key}@{budget}", compile_program(final).module, final, row[key])
             if budget in ms_funcs:
                 add_tvm(f"ms@{budget}", _MS.build(ms_funcs[budget]), analysis, row["metaschedule"])
         except Exception as e:
@@ -402,6 +425,9 @@ def run_workload(name: str, args, metaschedule: bool) -> dict:
         row["leir_over_vendor"] = timed_vendors[best_vendor] / ours if ours and best_vendor else None
         naive = record["naive"].get("ms")
         row["leir_speedup"] = naive / ours if naive and ours else None
+        if "leir_prior" in row:  # the cost model's effect: its search's kernel against the prior's, as speeds
+            prior = row["leir_prior"].get("ms")
+            row["cost_model_over_prior"] = prior / ours if ours and prior else None
     record["load_range"] = f"{min(record['loads']):.1f}-{max(record['loads']):.1f}"
     return record
 
@@ -443,13 +469,37 @@ def table(records: list[dict], budgets: list[int]) -> str:
     return "\n".join(lines)
 
 
+def cost_model_table(records: list[dict], budgets: list[int]) -> str:
+    """With --cost-model both: the search with the learned cost model against
+    the same search ordering its plans by the prior alone, timed turn about."""
+    lines = ["| workload | budget | naive ms | leir, cost model ms (steps) | leir, plans prior ms (steps) "
+             "| cost model / prior | search s (model, prior) | load average |", "|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        if "error" in r:
+            continue
+        for budget in budgets:
+            row = r["budgets"][budget]
+            if "leir_prior" not in row:
+                continue
+            cells = []
+            for key in ("leir", "leir_prior"):
+                d = row[key]
+                cells.append(_ms(d) + (f" ({len(d['steps'])})" if "steps" in d and "ms" in d else ""))
+            lines.append(f"| {r['workload']} | {budget} | {_ms(r['naive'])} | {cells[0]} | {cells[1]} "
+                         f"| {_ratio(row.get('cost_model_over_prior'))} | {row['leir'].get('search_s', 0):.0f}, "
+                         f"{row['leir_prior'].get('search_s', 0):.0f} | {r['load_range']} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 def geomeans(records: list[dict], budgets: list[int]) -> dict:
     out = {}
     for budget in budgets:
         rows = [r["budgets"][budget] for r in records if "error" not in r]
         vs_ms = [r["leir_over_metaschedule"] for r in rows if r["leir_over_metaschedule"]]
         vs_vendor = [r["leir_over_vendor"] for r in rows if r["leir_over_vendor"]]
-        out[budget] = {"leir_over_metaschedule": _geomean(vs_ms), "over_n_metaschedule": len(vs_ms),
+        out[budget] = {"cost_model_over_prior": _geomean([r["cost_model_over_prior"] for r in rows
+                                                          if r.get("cost_model_over_prior")]),
+                       "leir_over_metaschedule": _geomean(vs_ms), "over_n_metaschedule": len(vs_ms),
                        "leir_over_vendor": _geomean(vs_vendor), "over_n_vendor": len(vs_vendor),
                        "leir_speedup": _geomean([r["leir_speedup"] for r in rows if r["leir_speedup"]])}
     return out
@@ -473,8 +523,9 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=15, help="steps at most for leir optimize")
     parser.add_argument("--strategy", default=STRATEGIES[0], choices=STRATEGIES)
     parser.add_argument("--no-metaschedule", action="store_true", help="skip MetaSchedule")
-    parser.add_argument("--cost-model", choices=("default", "none"), default="default",
-                        help="none: the plans search orders its plans by their hand-written prior, no learned model")
+    parser.add_argument("--cost-model", choices=("default", "none", "both"), default="default",
+                        help="none: the plans search orders its plans by their hand-written prior, no learned model; "
+                             "both: each budget searched both ways, timed turn about (the cost model's effect)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the turn-about timing (default 3)")
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--min-repeat-ms", type=int, default=50)
@@ -528,12 +579,16 @@ def main(argv=None) -> int:
         summary_lines.append(
             f"budget {budget}: geomean leir / MetaSchedule {_ratio(g['leir_over_metaschedule'])} "
             f"(over {g['over_n_metaschedule']}), leir / vendor {_ratio(g['leir_over_vendor'])} "
-            f"(over {g['over_n_vendor']}), leir / naive {_ratio(g['leir_speedup'])}")
+            f"(over {g['over_n_vendor']}), leir / naive {_ratio(g['leir_speedup'])}"
+            + (f", cost model / plans prior {_ratio(g['cost_model_over_prior'])}"
+               if g["cost_model_over_prior"] is not None else ""))
     cpu = platform.processor() or platform.machine()
     torch_note = "" if "torch" in ran_vendors else " (torch not importable: NumPy only)"
     summary_lines.append(
         f"leir optimize --strategy {args.strategy} --steps {args.steps}"
-        f"{', no cost model (the plans prior)' if args.cost_model == 'none' else ''}, a fresh cache per search"
+        f"{', no cost model (the plans prior)' if args.cost_model == 'none' else ''}"
+        f"{', with the cost model and with the plans prior alone' if args.cost_model == 'both' else ''}"
+        f", a fresh cache per search"
         f"{' (kept: --keep-cache)' if args.keep_cache else ''}; MetaSchedule "
         f"{'skipped' if args.no_metaschedule else 'tune_tir at the same number of trials'}; vendors that ran: "
         f"{', '.join(ran_vendors) or 'none'}{torch_note}; {blas_description()}; timed turn about, {args.rounds} "
@@ -541,8 +596,13 @@ def main(argv=None) -> int:
         f"TVM_NUM_THREADS={os.environ.get('TVM_NUM_THREADS')}; commit {_commit()}, "
         f"{started:%Y-%m-%d %H:%M} UTC; load average at the end {os.getloadavg()[0]:.1f}")
     summary = "\n".join(summary_lines)
+    effect = cost_model_table(records, args.budgets)
     print()
     print(text)
+    if effect:
+        print()
+        print(effect)
+        text += "\n\n" + effect
     print()
     print(summary)
     if args.json:
