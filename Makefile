@@ -101,6 +101,9 @@ demo: install
 	done
 	@echo "== leir suggest examples/matmul.leir --ranker model --top 5 (the shipped model; the heuristic, and why, without one)"
 	$(LEIR) suggest examples/matmul.leir --ranker model --top 5
+	@echo "== leir model generate examples/matmul.leir: the shipped model's step and reasoning decoded densely, then under its SOL policy at net keep 0.5 (MLPs on ONNX Runtime, int8; tokens/s, FLOPs and the provider in use)"
+	$(LEIR) model generate examples/matmul.leir --dense --runtime onnx --precision int8
+	$(LEIR) model generate examples/matmul.leir --budget 0.5 --runtime onnx --precision int8
 
 # pytest exits 5 when it collected no test; that is a failure here too.
 test: install

@@ -64,3 +64,26 @@ def test_on_unseen_families_its_first_step_beats_the_heuristics(shipped):
     assert figures["states"] == 60
     assert model["speedup_top1"] > heuristic["speedup_top1"]
     assert model["top1_measured"] > heuristic["top1_measured"]
+
+
+def test_the_shipped_sol_policy_fits_the_shipped_model_and_saves_its_compute():
+    """The SOL policy ships beside the model (``data/sol``, issue 16): its
+    channel orders are permutations of the model's MLP channels, layer by
+    layer, and decoding under it at a budget of 0.5 really runs smaller MLPs
+    (fewer FLOPs per token, net keep below 1), while the same step is
+    proposed as densely: the policy changes how much is computed, not which
+    legal step comes first."""
+    from leir_models.sol.generate import POLICY_SUBDIR, propose
+    from leir_models.sol.policy import load_policy
+
+    policy, orders = load_policy(DATA_DIR / POLICY_SUBDIR)
+    config = json.loads((DATA_DIR / "config.json").read_text())
+    assert policy.config.hidden_size == config["hidden_size"]
+    assert len(orders) == config["num_hidden_layers"]
+    assert all(sorted(o.tolist()) == list(range(config["intermediate_size"])) for o in orders)
+    example = ROOT / "examples" / "matmul.leir"
+    dense = propose(example, model_dir=DATA_DIR, budget=None, max_tokens=24)
+    sol = propose(example, model_dir=DATA_DIR, budget=0.5, max_tokens=24)
+    assert dense.net_keep == 1.0 and dense.flops_per_token == dense.flops_dense
+    assert sol.net_keep < 0.8 and sol.flops_per_token < 0.9 * sol.flops_dense
+    assert (sol.id, sol.args) == (dense.id, dense.args)
