@@ -50,8 +50,9 @@ from leir_models.sol.knobs import MLP_LEVELS, keep_width
 
 log = logging.getLogger(__name__)
 
-#: Bumped when the exported graphs change (part of the cache key).
-CACHE_FORMAT = "leir-sol-onnx/1"
+#: Bumped when the exported graphs change (part of the cache key). 2: int8
+#: weights quantized to 7 bits (``onnx_blocks.quantize_int8``).
+CACHE_FORMAT = "leir-sol-onnx/2"
 RUNTIMES = ("torch", "onnx")
 
 
