@@ -9,6 +9,13 @@ import tempfile
 from pathlib import Path
 
 
+def user_cache_home() -> Path:
+    """``$XDG_CACHE_HOME``, or ``~/.cache`` when it is unset or relative
+    (the XDG spec: a relative path is invalid). Callers add their own folder."""
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
+
+
 def write_atomic(path: str | os.PathLike, text: str, *, durable: bool = False) -> None:
     """Replace ``path``'s contents with ``text`` (UTF-8, newlines as given)
     all at once. A file that existed keeps its permissions; a new one gets

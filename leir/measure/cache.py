@@ -94,9 +94,9 @@ def cache_directory(directory: str | os.PathLike | None = None) -> Path:
         return Path(directory)
     if os.environ.get("LEIR_CACHE_DIR"):
         return Path(os.environ["LEIR_CACHE_DIR"])
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"  # XDG: relative paths are invalid
-    return base / "leir-lsp"
+    from leir.files import user_cache_home
+
+    return user_cache_home() / "leir-lsp"
 
 
 class MeasurementCache:

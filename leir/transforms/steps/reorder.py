@@ -202,7 +202,7 @@ def candidates(ctx: Context, at: int | None) -> list[Candidate]:
         if _refusal(ctx, outer, inner) is not None:
             continue
         args = {"block": ctx.block_names[inner.equations[0]], "loops": [outer.loop.var, inner.loop.var]}
-        out.append(Candidate(Step(ID, args), f"Swap loops {outer.loop.var} and {inner.loop.var}", pair_span(outer, inner)))
+        out.append(Candidate(Step(ID, args), title(args), pair_span(outer, inner)))
     return out
 
 

@@ -58,7 +58,7 @@ from typing import Callable
 
 from leir_models.lm import tokenizer as tk
 from leir_models.lm.config import SPECIAL_TOKENS
-from leir_models.lm.store import MODEL_FILES, smollm2_dir
+from leir_models.lm.store import missing_files, replace_into, smollm2_dir
 
 __all__ = ["RENAMED", "PretrainedUnavailable", "gguf_file", "import_smollm2", "imported_source",
            "load_gguf_model", "plain_config", "smollm2_tokenizer"]
@@ -189,20 +189,9 @@ def imported_source(path: str | Path) -> dict | None:
         source = json.loads((path / "source.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(source, dict) or not all((path / n).is_file() for n in MODEL_FILES):
+    if not isinstance(source, dict) or missing_files(path):
         return None
     return source
-
-
-def _replace(out: Path, name: str, write: Callable[[str], None]) -> None:
-    """Write ``out/name`` beside it (``write(staged path)``), then rename it into place."""
-    staged = out / f".{name}.{os.getpid()}.part"
-    try:
-        write(str(staged))
-        os.chmod(staged, 0o644)
-        os.replace(staged, out / name)
-    finally:
-        staged.unlink(missing_ok=True)
 
 
 def import_smollm2(out_dir: str | Path | None = None, *, force: bool = False, model=None,
@@ -241,9 +230,9 @@ def import_smollm2(out_dir: str | Path | None = None, *, force: bool = False, mo
     from safetensors.torch import save_model
 
     (out / "source.json").unlink(missing_ok=True)  # the directory is not a finished import until it is back
-    _replace(out, "model.safetensors", lambda p: save_model(model, p, metadata={"format": "pt", "dtype": "float32"}))
-    _replace(out, "config.json", config.to_json_file)
-    _replace(out, "tokenizer.json", tok.save)
+    replace_into(out, "model.safetensors", lambda p: save_model(model, p, metadata={"format": "pt", "dtype": "float32"}))
+    replace_into(out, "config.json", config.to_json_file)
+    replace_into(out, "tokenizer.json", tok.save)
     source = {
         "format": "leir-lm-pretrained/1",
         "model": "SmolLM2-135M-Instruct",
@@ -259,7 +248,7 @@ def import_smollm2(out_dir: str | Path | None = None, *, force: bool = False, mo
         "tokenizer": "the GGUF's vocabulary and merges, SmolLM2's pre-tokenizer (each digit alone, then byte-level)",
         "load_seconds": seconds,  # loading and dequantizing the GGUF (None: the caller had loaded it)
     }
-    _replace(out, "source.json", lambda p: Path(p).write_text(json.dumps(source, indent=1) + "\n", encoding="utf-8"))
+    replace_into(out, "source.json", lambda p: Path(p).write_text(json.dumps(source, indent=1) + "\n", encoding="utf-8"))
     log(f"imported SmolLM2-135M-Instruct from {gguf} into {out} ({source['parameters']:,} parameters, float32"
         + (f"; loaded in {seconds:.0f} s)" if seconds is not None else ")"))
     return out

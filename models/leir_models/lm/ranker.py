@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 from leir_models.lm import tokenizer as tk
 from leir_models.lm.data import candidate_text, prompt_text, state_of_analysis
-from leir_models.lm.store import MODEL_FILES, default_dir, load_model, smollm2_dir, smollm2_model_dir
+from leir_models.lm.store import default_dir, load_model, missing_files, smollm2_dir, smollm2_model_dir
 
 #: Tree nodes (candidate tokens, shared prefixes once) per forward pass after the prompt's.
 CHUNK_NODES = 2048
@@ -192,7 +192,7 @@ def _missing() -> str | None:
     """What ``load_default`` would miss, checked without loading anything
     (``leir.tools.ranking.ranker_missing``)."""
     path = default_dir()
-    absent = [n for n in MODEL_FILES if not (path / n).is_file()]
+    absent = missing_files(path)
     return f"no model in {path} (missing {', '.join(absent)})" if absent else None
 
 
@@ -208,7 +208,7 @@ def load_smollm2() -> ModelRanker:
 def _smollm2_missing() -> str | None:
     """What ``load_smollm2`` would miss, and the commands that make it."""
     path = smollm2_model_dir()
-    absent = [n for n in MODEL_FILES if not (path / n).is_file()]
+    absent = missing_files(path)
     if not absent:
         return None
     return (f"no fine-tuned SmolLM2 in {path} (missing {', '.join(absent)}; make one with `leir model "

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 from leir_models.lm import tokenizer as tk
 
-__all__ = ["DATA_DIR", "MODEL_FILES", "SHIPPED_FILES", "default_dir", "load_model", "ship", "smollm2_dir",
-           "smollm2_model_dir"]
+__all__ = ["DATA_DIR", "MODEL_FILES", "SHIPPED_FILES", "default_dir", "load_model", "missing_files", "replace_into",
+           "ship", "smollm2_dir", "smollm2_model_dir"]
 
 #: The shipped model's directory.
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -27,12 +28,16 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.json")
 
 
+def missing_files(path: str | Path) -> list[str]:
+    """The files of ``MODEL_FILES`` that directory ``path`` lacks (none: ``load_model`` can read it)."""
+    return [name for name in MODEL_FILES if not (Path(path) / name).is_file()]
+
+
 def load_model(path: str | Path):
     """(model, tokenizer) from a directory ``train`` wrote; raises FileNotFoundError naming a missing file."""
     path = Path(path)
-    for name in MODEL_FILES:
-        if not (path / name).is_file():
-            raise FileNotFoundError(f"{path / name} is missing (train one with `leir model train --out {path}`)")
+    for name in missing_files(path)[:1]:
+        raise FileNotFoundError(f"{path / name} is missing (train one with `leir model train --out {path}`)")
     from safetensors.torch import load_model as load_weights
     from transformers import LlamaConfig, LlamaForCausalLM
     from transformers.utils import logging as hf_logging
@@ -51,9 +56,10 @@ def default_dir() -> Path:
 
 
 def _user_cache() -> Path:
-    """``$XDG_CACHE_HOME/leir``, or ``~/.cache/leir`` (XDG: a relative path is invalid)."""
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache") / "leir"
+    """``$XDG_CACHE_HOME/leir``, or ``~/.cache/leir``."""
+    from leir.files import user_cache_home
+
+    return user_cache_home() / "leir"
 
 
 def smollm2_dir() -> Path:
@@ -69,6 +75,19 @@ def smollm2_model_dir() -> Path:
     ``$LEIR_SMOLLM2_MODEL_DIR``, else ``~/.cache/leir/smollm2-ft``."""
     found = os.environ.get("LEIR_SMOLLM2_MODEL_DIR")
     return Path(found) if found else _user_cache() / "smollm2-ft"
+
+
+def replace_into(out: Path, name: str, write: Callable[[str], None]) -> None:
+    """Write ``out/name`` beside it (``write(staged path)``), readable by all
+    (a package file; safetensors writes its files private), then rename it
+    into place: a reader never sees half a file."""
+    staged = out / f".{name}.{os.getpid()}.part"
+    try:
+        write(str(staged))
+        os.chmod(staged, 0o644)
+        os.replace(staged, out / name)
+    finally:
+        staged.unlink(missing_ok=True)
 
 
 #: What a shipped model directory holds (``ship`` copies them).
@@ -102,14 +121,9 @@ def ship(model_dir: str | Path, out_dir: str | Path = DATA_DIR) -> Path:
             raise ValueError(f"{src / 'model.safetensors'}: {key} does not fit float16")
         half[key] = h
     out.mkdir(parents=True, exist_ok=True)
-    staged = out / ".model.safetensors.part"
-    save_file(half, str(staged), metadata={"format": "pt", "dtype": "float16",
-                                           "from": json.dumps({"dir": str(src), "dtype": "float32"})})
-    os.chmod(staged, 0o644)  # a package file, readable by all (safetensors writes it private)
-    os.replace(staged, out / "model.safetensors")
+    replace_into(out, "model.safetensors", lambda p: save_file(half, p, metadata={
+        "format": "pt", "dtype": "float16", "from": json.dumps({"dir": str(src), "dtype": "float32"})}))
     for name in SHIPPED_FILES[1:]:
         if (src / name).is_file():
-            part = out / f".{name}.part"
-            shutil.copyfile(src / name, part)
-            os.replace(part, out / name)
+            replace_into(out, name, lambda p, name=name: shutil.copyfile(src / name, p))
     return out

@@ -60,9 +60,9 @@ def default_cache_dir() -> Path:
     env = os.environ.get("LEIR_SOL_CACHE")
     if env:
         return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
-    return base / "leir-lsp" / "sol-onnx"
+    from leir.files import user_cache_home
+
+    return user_cache_home() / "leir-lsp" / "sol-onnx"
 
 
 def sliced_layers(model) -> list[knobs.SlicedMLP]:
