@@ -33,7 +33,8 @@ leir's kernel is faster), "leir / vendor" is the fastest vendor's ms / leir ms.
 Geomeans are over the workloads where both figures exist.
 
     python bench/suite.py [--workloads matmul_512,softmax_256x1024] [--budget 64 | --budgets 16,32,64]
-                          [--steps 15] [--strategy plans] [--cost-model none] [--no-metaschedule] [--rounds 3]
+                          [--steps 15] [--strategy plans] [--cost-model none|both] [--ranker model|both]
+                          [--no-metaschedule] [--rounds 3]
                           [--json OUT.json] [--docs docs/optimize.md]
 """
 
@@ -52,6 +53,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -279,14 +281,63 @@ def _geomean(xs: list[float]) -> float | None:
 # ------------------------------------------------------------ one workload
 
 
-def _searches(args) -> list[tuple[str, str]]:
-    """(row key, cost model) of each leir search a budget runs."""
+class Search(NamedTuple):
+    """One leir search a budget runs: its row key, its label, the cost model
+    that screens its plans ("default": the installed one; "none": the plans'
+    prior) and the ranker that orders its steps ("heuristic" or "model")."""
+
+    key: str
+    label: str
+    cost_model: str = "default"
+    ranker: str = "heuristic"
+
+
+#: The comparisons ``--cost-model both`` and ``--ranker both`` add: (row key of
+#: the second search, ratio key, what the ratio says). Each ratio is a speed:
+#: the second search's ms over the first's for the cost model (the cost
+#: model's kernel against the prior's), the first's over the second's for the
+#: ranker (the model's kernel against the heuristic's).
+EFFECTS = (
+    ("leir_prior", "cost_model_over_prior", "cost model / prior"),
+    ("leir_model", "model_over_heuristic", "model ranker / heuristic"),
+)
+
+
+def _searches(args) -> list[Search]:
+    """Each leir search a budget runs: the main one ("leir"), and with
+    ``--cost-model both`` the same with the plans prior alone, with
+    ``--ranker both`` the same with the local model's ranking."""
+    main = Search("leir", "leir", "none" if args.cost_model == "none" else "default",
+                  "model" if args.ranker == "model" else "heuristic")
+    found = [main]
     if args.cost_model == "both":
-        return [("leir", "default"), ("leir_prior", "none")]
-    return [("leir", args.cost_model)]
+        found.append(Search("leir_prior", "leir, plans prior (no cost model)", "none", main.ranker))
+    if args.ranker == "both":
+        found.append(Search("leir_model", "leir, model ranker", main.cost_model, "model"))
+    return found
 
 
-def _leir_search(name: str, analysis, budget: int, args, cost_model: str, where: dict):
+_RANKERS: dict = {}
+
+
+def _ranker(name: str):
+    """The ranker named (loaded once a process), or None for the heuristic;
+    a model that does not load stops the run (its figures would be the
+    heuristic's under the model's name)."""
+    if name == "heuristic":
+        return None
+    if name not in _RANKERS:
+        from leir.tools.ranking import HeuristicRanker, load_ranker_telling
+
+        said: list[str] = []
+        ranker = load_ranker_telling(name, said.append)
+        if isinstance(ranker, HeuristicRanker):
+            raise SystemExit(f"the {name} ranker did not load: {'; '.join(said) or 'no reason given'}")
+        _RANKERS[name] = ranker
+    return _RANKERS[name]
+
+
+def _leir_search(name: str, analysis, budget: int, args, search: Search, where: dict):
     """One ``leir optimize`` search into ``where`` (a fresh measurement cache
     unless --keep-cache); its final program analysed, or None when it failed."""
     from leir.semantics import analyze
@@ -299,7 +350,8 @@ def _leir_search(name: str, analysis, budget: int, args, cost_model: str, where:
             if not args.keep_cache:
                 os.environ["LEIR_CACHE_DIR"] = cache
             result = optimize(analysis, steps=args.steps, budget=budget, strategy=args.strategy,
-                              **({"cost_model": None} if cost_model == "none" else {}))
+                              ranker=_ranker(search.ranker),
+                              **({"cost_model": None} if search.cost_model == "none" else {}))
         final = analyze(result.final)
         where.update(steps=[s.id for s in result.steps], measurements=result.measurements,
                      cache_hits=result.cache_hits, confirmations=result.confirmations,
@@ -316,8 +368,7 @@ def _leir_search(name: str, analysis, budget: int, args, cost_model: str, where:
                 os.environ["LEIR_CACHE_DIR"] = args.saved_cache_dir
     where["search_s"] = time.time() - t0
     steps = where.get("steps")
-    label = "leir" if cost_model == "default" else "leir, plans prior (no cost model)"
-    print(f"  budget {budget}: {label} {args.strategy}: "
+    print(f"  budget {budget}: {search.label} {args.strategy}: "
           + (f"{len(steps)} steps ({' '.join(steps) or '-'}), {where['measurements']} measurements"
              if steps is not None else f"failed: {where['error']}")
           + f", {where['search_s']:.0f} s", flush=True)
@@ -341,12 +392,12 @@ def run_workload(name: str, args, metaschedule: bool) -> dict:
     for budget in args.budgets:
         row = {"leir": {}, "metaschedule": {}}
         record["budgets"][budget] = row
-        # leir optimize (twice with --cost-model both: the prior's search in row["leir_prior"])
-        for key, cost_model in _searches(args):
-            row[key] = {}
-            final = _leir_search(name, analysis, budget, args, cost_model, row[key])
+        # leir optimize (again with --cost-model both / --ranker both: row["leir_prior"], row["leir_model"])
+        for search in _searches(args):
+            row[search.key] = {}
+            final = _leir_search(name, analysis, budget, args, search, row[search.key])
             if final is not None:
-                finals[key, budget] = final
+                finals[search.key, budget] = final
         # MetaSchedule
         if not metaschedule:
             row["metaschedule"]["skipped"] = True
@@ -387,7 +438,7 @@ def run_workload(name: str, args, metaschedule: bool) -> dict:
     for budget in args.budgets:
         row = record["budgets"][budget]
         try:
-            for key, _ in _searches(args):
+            for key in (search.key for search in _searches(args)):
                 if (key, budget) in finals:
                     final = finals[key, budget]
                     add_tvm(f"{key}@{budget}", compile_program(final).module, final, row[key])
@@ -428,6 +479,9 @@ def run_workload(name: str, args, metaschedule: bool) -> dict:
         if "leir_prior" in row:  # the cost model's effect: its search's kernel against the prior's, as speeds
             prior = row["leir_prior"].get("ms")
             row["cost_model_over_prior"] = prior / ours if ours and prior else None
+        if "leir_model" in row:  # the model ranker's effect: its search's kernel against the heuristic's
+            model = row["leir_model"].get("ms")
+            row["model_over_heuristic"] = ours / model if ours and model else None
     record["load_range"] = f"{min(record['loads']):.1f}-{max(record['loads']):.1f}"
     return record
 
@@ -469,26 +523,34 @@ def table(records: list[dict], budgets: list[int]) -> str:
     return "\n".join(lines)
 
 
-def cost_model_table(records: list[dict], budgets: list[int]) -> str:
-    """With --cost-model both: the search with the learned cost model against
-    the same search ordering its plans by the prior alone, timed turn about."""
-    lines = ["| workload | budget | naive ms | leir, cost model ms (steps) | leir, plans prior ms (steps) "
-             "| cost model / prior | search s (model, prior) | load average |", "|---|---|---|---|---|---|---|---|"]
-    for r in records:
-        if "error" in r:
+def effect_tables(records: list[dict], budgets: list[int]) -> str:
+    """With --cost-model both or --ranker both: the main search against its
+    counterpart (the plans prior alone; the model's ranking), both kernels
+    timed turn about, one table each."""
+    tables = []
+    for key, ratio, says in EFFECTS:
+        if not any(key in row for r in records if "error" not in r for row in r["budgets"].values()):
             continue
-        for budget in budgets:
-            row = r["budgets"][budget]
-            if "leir_prior" not in row:
+        first, other = (("leir, cost model", "leir, plans prior") if key == "leir_prior"
+                        else ("leir, heuristic ranker", "leir, model ranker"))
+        lines = [f"| workload | budget | naive ms | {first} ms (steps) | {other} ms (steps) | {says} "
+                 "| search s (first, second) | load average |", "|---|---|---|---|---|---|---|---|"]
+        for r in records:
+            if "error" in r:
                 continue
-            cells = []
-            for key in ("leir", "leir_prior"):
-                d = row[key]
-                cells.append(_ms(d) + (f" ({len(d['steps'])})" if "steps" in d and "ms" in d else ""))
-            lines.append(f"| {r['workload']} | {budget} | {_ms(r['naive'])} | {cells[0]} | {cells[1]} "
-                         f"| {_ratio(row.get('cost_model_over_prior'))} | {row['leir'].get('search_s', 0):.0f}, "
-                         f"{row['leir_prior'].get('search_s', 0):.0f} | {r['load_range']} |")
-    return "\n".join(lines) if len(lines) > 2 else ""
+            for budget in budgets:
+                row = r["budgets"][budget]
+                if key not in row:
+                    continue
+                cells = []
+                for k in ("leir", key):
+                    d = row[k]
+                    cells.append(_ms(d) + (f" ({len(d['steps'])})" if "steps" in d and "ms" in d else ""))
+                lines.append(f"| {r['workload']} | {budget} | {_ms(r['naive'])} | {cells[0]} | {cells[1]} "
+                             f"| {_ratio(row.get(ratio))} | {row['leir'].get('search_s', 0):.0f}, "
+                             f"{row[key].get('search_s', 0):.0f} | {r['load_range']} |")
+        tables.append("\n".join(lines))
+    return "\n\n".join(tables)
 
 
 def geomeans(records: list[dict], budgets: list[int]) -> dict:
@@ -497,8 +559,7 @@ def geomeans(records: list[dict], budgets: list[int]) -> dict:
         rows = [r["budgets"][budget] for r in records if "error" not in r]
         vs_ms = [r["leir_over_metaschedule"] for r in rows if r["leir_over_metaschedule"]]
         vs_vendor = [r["leir_over_vendor"] for r in rows if r["leir_over_vendor"]]
-        out[budget] = {"cost_model_over_prior": _geomean([r["cost_model_over_prior"] for r in rows
-                                                          if r.get("cost_model_over_prior")]),
+        out[budget] = {**{ratio: _geomean([r[ratio] for r in rows if r.get(ratio)]) for _, ratio, _ in EFFECTS},
                        "leir_over_metaschedule": _geomean(vs_ms), "over_n_metaschedule": len(vs_ms),
                        "leir_over_vendor": _geomean(vs_vendor), "over_n_vendor": len(vs_vendor),
                        "leir_speedup": _geomean([r["leir_speedup"] for r in rows if r["leir_speedup"]])}
@@ -523,6 +584,9 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=15, help="steps at most for leir optimize")
     parser.add_argument("--strategy", default=STRATEGIES[0], choices=STRATEGIES)
     parser.add_argument("--no-metaschedule", action="store_true", help="skip MetaSchedule")
+    parser.add_argument("--ranker", choices=("heuristic", "model", "both"), default="heuristic",
+                        help="the ranking that orders leir's steps: the heuristic, the local model (leir_models), "
+                             "or both searches, timed turn about (the model's effect on search)")
     parser.add_argument("--cost-model", choices=("default", "none", "both"), default="default",
                         help="none: the plans search orders its plans by their hand-written prior, no learned model; "
                              "both: each budget searched both ways, timed turn about (the cost model's effect)")
@@ -580,14 +644,15 @@ def main(argv=None) -> int:
             f"budget {budget}: geomean leir / MetaSchedule {_ratio(g['leir_over_metaschedule'])} "
             f"(over {g['over_n_metaschedule']}), leir / vendor {_ratio(g['leir_over_vendor'])} "
             f"(over {g['over_n_vendor']}), leir / naive {_ratio(g['leir_speedup'])}"
-            + (f", cost model / plans prior {_ratio(g['cost_model_over_prior'])}"
-               if g["cost_model_over_prior"] is not None else ""))
+            + "".join(f", {says} {_ratio(g[ratio])}" for _, ratio, says in EFFECTS if g[ratio] is not None))
     cpu = platform.processor() or platform.machine()
     torch_note = "" if "torch" in ran_vendors else " (torch not importable: NumPy only)"
     summary_lines.append(
         f"leir optimize --strategy {args.strategy} --steps {args.steps}"
         f"{', no cost model (the plans prior)' if args.cost_model == 'none' else ''}"
         f"{', with the cost model and with the plans prior alone' if args.cost_model == 'both' else ''}"
+        f"{', ranked by the local model' if args.ranker == 'model' else ''}"
+        f"{', ranked by the heuristic and by the local model' if args.ranker == 'both' else ''}"
         f", a fresh cache per search"
         f"{' (kept: --keep-cache)' if args.keep_cache else ''}; MetaSchedule "
         f"{'skipped' if args.no_metaschedule else 'tune_tir at the same number of trials'}; vendors that ran: "
@@ -596,7 +661,7 @@ def main(argv=None) -> int:
         f"TVM_NUM_THREADS={os.environ.get('TVM_NUM_THREADS')}; commit {_commit()}, "
         f"{started:%Y-%m-%d %H:%M} UTC; load average at the end {os.getloadavg()[0]:.1f}")
     summary = "\n".join(summary_lines)
-    effect = cost_model_table(records, args.budgets)
+    effect = effect_tables(records, args.budgets)
     print()
     print(text)
     if effect:

@@ -196,3 +196,45 @@ def test_the_suites_vendor_function_computes_the_workload(stem):
         assert value.dtype == np.float32 and value.shape == e.shape, name
         scale = float(np.abs(e).max())
         assert np.allclose(value, e, rtol=1e-3, atol=1e-4 * max(scale, 1.0)), name
+
+
+# --------------------------------------------------------------- the suite's comparisons
+
+
+def _args(**kw):
+    import argparse
+
+    return argparse.Namespace(**{"cost_model": "default", "ranker": "heuristic", **kw})
+
+
+def test_the_suite_runs_one_search_unless_asked_for_a_comparison():
+    suite = _suite()
+    (only,) = suite._searches(_args())
+    assert (only.key, only.cost_model, only.ranker) == ("leir", "default", "heuristic")
+    (only,) = suite._searches(_args(cost_model="none", ranker="model"))
+    assert (only.key, only.cost_model, only.ranker) == ("leir", "none", "model")
+
+
+def test_the_suites_comparisons_change_one_thing_each():
+    suite = _suite()
+    searches = {s.key: s for s in suite._searches(_args(cost_model="both", ranker="both"))}
+    assert set(searches) == {"leir", "leir_prior", "leir_model"}
+    main, prior, model = searches["leir"], searches["leir_prior"], searches["leir_model"]
+    assert (prior.cost_model, prior.ranker) == ("none", main.ranker)
+    assert (model.cost_model, model.ranker) == (main.cost_model, "model")
+    assert suite._ranker("heuristic") is None
+
+
+def test_the_suites_effect_tables_quote_each_ratio_under_its_own_header():
+    suite = _suite()
+    row = {"leir": {"ms": 2.0, "steps": ["split"], "search_s": 10}, "metaschedule": {"skipped": True},
+           "leir_model": {"ms": 1.0, "steps": ["split", "reorder"], "search_s": 12},
+           "model_over_heuristic": 2.0, "leir_over_metaschedule": None, "leir_over_vendor": None,
+           "leir_speedup": 5.0}
+    records = [{"workload": "matmul_512", "naive": {"ms": 10.0}, "budgets": {16: row}, "load_range": "1.0-1.2"}]
+    text = suite.effect_tables(records, [16])
+    assert "model ranker / heuristic" in text and "cost model / prior" not in text
+    (line,) = [l for l in text.splitlines() if l.startswith("| matmul_512")]
+    assert line.split(" | ")[3:6] == ["2.000 (1)", "1.000 (2)", "2.00"]
+    means = suite.geomeans(records, [16])[16]
+    assert means["model_over_heuristic"] == pytest.approx(2.0) and means["cost_model_over_prior"] is None
