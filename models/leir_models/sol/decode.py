@@ -33,8 +33,17 @@ scores and weighted sum (``4 H hd L``) and the MLP (``6 D n``), then the
 output head (``2 D V``). Not counted: the embedding lookup (a gather, no
 arithmetic), the norms, RoPE, softmax, SiLU and residual additions
 (elementwise, under 1% here). The net keep of a token is the MLP share only
-(``policy.net_keep``); its total FLOPs include attention and the head,
-which every action runs densely.
+(``policy.net_keep``); its total FLOPs include attention and the head.
+
+**Attention keep** (``attention.AttentionKeep``, optional in ``generate`` and
+``teacher_forced``): a static fraction of the KV pages each single-token
+pass reads, chosen per token and layer by Quest's bound (``attention``
+module doc), combined with whatever MLP keep the mode gives. Its FLOPs count
+the positions each layer really read (``4 H hd`` per position) plus the
+bound of every candidate page (``4 H hd`` per page: one product of the
+query against the page's ``[max | min]``), from what the pass recorded.
+It is not a policy action: the shipped policy was trained for the MLP keep
+only.
 """
 
 from __future__ import annotations
@@ -46,7 +55,7 @@ from typing import Sequence
 
 import torch
 
-from leir_models.sol import knobs
+from leir_models.sol import attention, knobs
 from leir_models.sol.policy import ACTIONS, SolPolicy, net_keep
 
 MODES = ("dense", "static", "sol")
@@ -78,18 +87,22 @@ def intermediate_size(model) -> int:
     return int(model.config.intermediate_size)
 
 
-def flops_per_token(config, context: int, keep: float = 1.0) -> int:
+def flops_per_token(config, context: int, keep: float = 1.0, attended: int | None = None,
+                    pages_scored: int = 0) -> int:
     """FLOPs of one decoded token attending to ``context`` positions at MLP
-    keep ``keep`` (module doc: embedding, norms and elementwise work excluded)."""
+    keep ``keep`` (module doc: embedding, norms and elementwise work excluded).
+    ``attended``: the positions the layers' attention really read, summed
+    over the layers (default: every layer read all ``context``);
+    ``pages_scored``: KV pages whose bound was computed, summed over the layers."""
     d, layers, inter = config.hidden_size, config.num_hidden_layers, config.intermediate_size
     heads = config.num_attention_heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     hd = getattr(config, "head_dim", None) or d // heads
     n = knobs.keep_width(inter, keep)
     projections = 2 * d * hd * (2 * heads + 2 * kv_heads)
-    attention = 4 * heads * hd * context
     mlp = 6 * d * n
-    return layers * (projections + attention + mlp) + 2 * d * config.vocab_size
+    attended = layers * context if attended is None else attended
+    return layers * (projections + mlp) + 4 * heads * hd * (attended + pages_scored) + 2 * d * config.vocab_size
 
 
 @dataclass
@@ -105,12 +118,21 @@ class Prefill:
 
 
 @torch.no_grad()
-def run_tokens(model, ids: Sequence[int], start: int, cache=None, keep: float = 1.0):
-    """Run ``ids`` at positions ``start..`` on ``cache`` at MLP keep ``keep``:
+def run_tokens(model, ids: Sequence[int], start: int, cache=None, keep: float = 1.0,
+               pages: attention.KVPages | None = None):
+    """Run ``ids`` at positions ``start..`` on ``cache`` at MLP keep ``keep``,
+    with the attention keep state ``pages`` of that cache if given (the model
+    ``attention.install``\\ ed; a single token then reads only the kept KV
+    pages, and ``pages.reads`` says how many positions each layer read):
     (final hidden states ``(T, D)``, logits ``(T, V)``, the cache)."""
     knobs.set_keep(model, keep)
     positions = torch.arange(start, start + len(ids))[None]  # (1, T)
-    out = model.model(input_ids=torch.tensor([list(ids)]), position_ids=positions, cache=cache, use_cache=True)
+    extra = {}
+    if pages is not None:
+        pages.start_pass()
+        extra["kv_pages"] = pages
+    out = model.model(input_ids=torch.tensor([list(ids)]), position_ids=positions, cache=cache, use_cache=True,
+                      **extra)
     hidden = out.last_hidden_state[0]  # (T, D), after the final norm
     return hidden, model.lm_head(hidden).float(), out.cache
 
@@ -201,22 +223,30 @@ class Decoded:
     seconds: float
     prefill_seconds: float
     stopped: str
+    #: The static attention keep fraction (1.0: dense attention) and the
+    #: share of the cache's positions the passes' attention really read
+    #: (over layers and passes; 1.0 where the knob did not engage).
+    attention_keep: float = 1.0
+    keys_read: float = 1.0
 
     def to_json(self) -> dict:
         return {"mode": self.mode, "tokens": len(self.tokens), "net_keep": round(self.net_keep, 4),
                 "flops_per_token": round(self.flops_per_token), "flops_dense": round(self.flops_dense),
                 "flops_policy": self.flops_policy, "tokens_per_s": round(self.tokens_per_s, 1),
                 "seconds": round(self.seconds, 4), "prefill_seconds": round(self.prefill_seconds, 4),
-                "stopped": self.stopped, "actions": [ACTIONS[a] for a in self.actions]}
+                "stopped": self.stopped, "actions": [ACTIONS[a] for a in self.actions],
+                "attention_keep": self.attention_keep, "keys_read": round(self.keys_read, 4)}
 
 
 def generate(model, prompt_ids: Sequence[int], max_tokens: int, mode: str = "dense", *, policy: SolPolicy | None = None,
              action: int = 0, target: float = 1.0, greedy_policy: bool = True, generator: torch.Generator | None = None,
-             stop_ids: Sequence[int] | None = None) -> Decoded:
+             stop_ids: Sequence[int] | None = None, attention_keep: attention.AttentionKeep | None = None) -> Decoded:
     """Greedy decoding of ``prompt_ids`` for at most ``max_tokens`` tokens on a
     ``prepare``\\ d model. ``mode``: ``"dense"``, ``"static"`` (``action`` for
     every pass) or ``"sol"`` (``policy`` at budget ``target``; its own action
-    greedy unless ``greedy_policy`` is False). Stops at a token of
+    greedy unless ``greedy_policy`` is False): the MLP keep. ``attention_keep``
+    (any mode): the attention keep of every single-token pass (the model is
+    ``attention.install``\\ ed; the prefill stays dense). Stops at a token of
     ``stop_ids`` (default: the model's eos) or at the context's end."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r} is not one of {MODES}")
@@ -226,9 +256,14 @@ def generate(model, prompt_ids: Sequence[int], max_tokens: int, mode: str = "den
     limit = model.config.max_position_embeddings
     inter = intermediate_size(model)
     chooser = Chooser(policy, target, inter) if mode == "sol" else None
+    pages = None
+    if attention_keep is not None and attention_keep.keep < 1.0:
+        attention.install(model)
+        pages = attention.KVPages(attention_keep)
     out: list[int] = []
     actions: list[int] = []
     flops = dense_flops = 0.0
+    read = readable = 0
     start = time.perf_counter()
     state = prefill(model, prompt_ids)
     prefill_seconds = time.perf_counter() - start
@@ -250,11 +285,16 @@ def generate(model, prompt_ids: Sequence[int], max_tokens: int, mode: str = "den
             chooser.advance(a)
         else:
             a = action if mode == "static" else 0
-        h, lg, cache = run_tokens(model, [token], length, cache, ACTIONS[a])
+        h, lg, cache = run_tokens(model, [token], length, cache, ACTIONS[a], pages)
         hidden, logits = h[-1], lg[-1]
         length += 1
         actions.append(a)
-        flops += flops_per_token(model.config, length, ACTIONS[a])
+        if pages is None:
+            flops += flops_per_token(model.config, length, ACTIONS[a])
+        else:
+            attended = sum(pages.reads.values())
+            flops += flops_per_token(model.config, length, ACTIONS[a], attended, sum(pages.scored.values()))
+            read, readable = read + attended, readable + length * len(pages.reads)
         dense_flops += flops_per_token(model.config, length, 1.0)
     seconds = time.perf_counter() - start
     knobs.set_keep(model, 1.0)
@@ -266,7 +306,8 @@ def generate(model, prompt_ids: Sequence[int], max_tokens: int, mode: str = "den
                    flops / passes + policy_flops if passes else 0.0, policy_flops,
                    dense_flops / passes if passes else 0.0,
                    passes / decode_seconds if passes and decode_seconds > 0 else 0.0,
-                   seconds, prefill_seconds, stopped)
+                   seconds, prefill_seconds, stopped, attention_keep.keep if attention_keep else 1.0,
+                   read / readable if readable else 1.0)
 
 
 # ------------------------------------------------------------ teacher-forced scoring
@@ -290,14 +331,17 @@ class Rollout:
 
 def teacher_forced(model, state: Prefill, tokens: Sequence[int], schedule: Sequence[int] | None = None, *,
                    policy: SolPolicy | None = None, target: float = 1.0, greedy: bool = False,
-                   generator: torch.Generator | None = None) -> Rollout:
+                   generator: torch.Generator | None = None,
+                   attention_keep: attention.AttentionKeep | None = None) -> Rollout:
     """Run ``tokens[:-1]`` after ``state`` one at a time and score ``tokens[1:]``:
     step ``i`` runs ``tokens[i]`` at the keep of its action and yields log p(
     ``tokens[i + 1]``). ``tokens[0]`` is the token ``state.logits`` predicts
     (scored by the dense prefill, not here). The actions are ``schedule``, or
     the ``policy``'s (sampled, or ``greedy``) at budget ``target``, from the
-    compressed model's hidden states as they come. The cache is restored to
-    ``state.length`` before and after."""
+    compressed model's hidden states as they come; every step at
+    ``attention_keep`` if given (its page bounds built on the first step;
+    ``extra["keys_read"]``: the share of the cache's positions read). The
+    cache is restored to ``state.length`` before and after."""
     steps = len(tokens) - 1
     if schedule is not None and len(schedule) != steps:
         raise ValueError(f"a schedule of {len(schedule)} actions for {steps} steps")
@@ -305,6 +349,11 @@ def teacher_forced(model, state: Prefill, tokens: Sequence[int], schedule: Seque
         raise ValueError("teacher_forced needs a schedule or a policy")
     inter = intermediate_size(model)
     chooser = Chooser(policy, target, inter) if schedule is None else None
+    pages = None
+    if attention_keep is not None and attention_keep.keep < 1.0:
+        attention.install(model)
+        pages = attention.KVPages(attention_keep)
+    read = readable = 0
     restore(state)
     hidden, cache = state.hidden, state.cache
     actions, lps, feats, alps = [], [], [], []
@@ -317,7 +366,10 @@ def teacher_forced(model, state: Prefill, tokens: Sequence[int], schedule: Seque
             alps.append(alp)
         else:
             a = int(schedule[i])
-        h, logits, cache = run_tokens(model, [tokens[i]], state.length + i, cache, ACTIONS[a])
+        h, logits, cache = run_tokens(model, [tokens[i]], state.length + i, cache, ACTIONS[a], pages)
+        if pages is not None:
+            read += sum(pages.reads.values())
+            readable += (state.length + i + 1) * len(pages.reads)
         hidden = h[-1]
         lps.append(torch.log_softmax(logits[-1], -1)[tokens[i + 1]])
         actions.append(a)
@@ -325,7 +377,8 @@ def teacher_forced(model, state: Prefill, tokens: Sequence[int], schedule: Seque
     restore(state)
     return Rollout(actions, torch.stack(lps) if lps else torch.zeros(0),
                    torch.stack(feats) if feats else None, torch.tensor(alps) if alps else None,
-                   sum(net_keep(a, inter) for a in actions) / steps if steps else 1.0)
+                   sum(net_keep(a, inter) for a in actions) / steps if steps else 1.0,
+                   {"keys_read": read / readable if readable else 1.0})
 
 
 def dense_logprobs(model, ids: Sequence[int]) -> torch.Tensor:
