@@ -177,6 +177,23 @@ def test_rows_plan_shares_softmaxs_exp_between_its_sum_and_its_divide():
     assert "rfactor" not in {s.id for s in realize(Rows(16, rfactor=True, share=True), a).steps}
 
 
+def test_share_plans_of_one_program_list_its_sharing_steps_once(monkeypatch):
+    from leir.tools.plans import cpu
+
+    listed = []
+    real = cpu._list_shared_calls
+    monkeypatch.setattr(cpu, "_list_shared_calls", lambda an: listed.append(an) or real(an))
+    a = analysis(SOFTMAX)
+    first = realize(Rows(16, share=True), a)
+    starts = sum(1 for an in listed if an is a)
+    second = realize(Rows(32, fuse_outer=True, share=True), a)
+    assert sum(1 for an in listed if an is a) == starts == 1  # the start program listed once for both plans
+    assert first.steps[0] == second.steps[0]
+    # A program that only looks the same is listed afresh (the memo is by identity).
+    b = analysis(SOFTMAX)
+    assert cpu._shared_calls(b) == cpu._list_shared_calls(b) and listed[-2] is b
+
+
 def test_rows_plan_computes_a_call_an_inner_loop_does_not_change_once_per_row():
     a = analysis("""\
 L^{32}_{i}

@@ -545,11 +545,31 @@ MAX_SHARED = 4
 SHARING = ("common_subexpression_elimination", "precompute")
 
 
+#: The programs ``_shared_calls`` listed last and what it found: every
+#: ``share`` plan of a program starts by listing the start program (a
+#: softmax's listing takes about 0.4 s; ``rows_plans`` offers 12 such plans),
+#: and lists the programs it makes after, so a few are kept. One tuple,
+#: replaced whole, so a thread never reads one program's steps under
+#: another's key; by identity (an analysis is not changed once made).
+_SHARED_MEMO: tuple = ()
+_SHARED_MEMO_SIZE = 8
+
+
 def _shared_calls(analysis: Analysis) -> list:
     """The steps of ``SHARING`` that apply to ``analysis`` and compute a
     function call once, in ``SHARING`` order, the largest expression first
     within each (``exp(X_{i,j} - M_{i})`` before ``X_{i,j} - M_{i}``, which
     it contains)."""
+    global _SHARED_MEMO
+    memo = _SHARED_MEMO
+    found = next((steps for seen, steps in memo if seen is analysis), None)
+    if found is None:
+        found = tuple(_list_shared_calls(analysis))
+        _SHARED_MEMO = ((analysis, found),) + memo[:_SHARED_MEMO_SIZE - 1]
+    return list(found)
+
+
+def _list_shared_calls(analysis: Analysis) -> list:
     from leir.transforms import candidates
 
     found = []
