@@ -11,7 +11,10 @@ For each workload (`bench/workloads/<name>.leir`, serial loops):
   uses `$LEIR_CACHE_DIR` as it is), so its wall time includes every build;
 - MetaSchedule `tune_tir` with `max_trials_global=B` on the lowered PrimFunc
   (`bench/metaschedule.py`'s `tune_metaschedule`; `--no-metaschedule` skips
-  it);
+  it; `--ms-store DIR` keeps its best schedule per workload and budget in
+  TVM's JSON form and reuses it in a later run when the program, target and
+  TVM are the same: tuned once, timed turn about in every run, its search
+  time as it was when tuned, marked `*`);
 - a vendor library: NumPy in f32 (`VENDOR_NUMPY` below: `np.matmul` and so on,
   which hands contractions to OpenBLAS), and torch on the CPU when `import
   torch` works (`VENDOR_TORCH`; skipped silently otherwise: the output says
@@ -34,7 +37,7 @@ Geomeans are over the workloads where both figures exist.
 
     python bench/suite.py [--workloads matmul_512,softmax_256x1024] [--budget 64 | --budgets 16,32,64]
                           [--steps 15] [--strategy plans] [--cost-model none|both] [--ranker model|both]
-                          [--no-metaschedule] [--rounds 3]
+                          [--no-metaschedule | --ms-store bench/data/metaschedule] [--rounds 3]
                           [--json OUT.json] [--docs docs/optimize.md]
 """
 
@@ -402,6 +405,12 @@ def run_workload(name: str, args, metaschedule: bool) -> dict:
         if not metaschedule:
             row["metaschedule"]["skipped"] = True
             continue
+        stored = _ms_load(args.ms_store, name, budget, analysis) if args.ms_store else None
+        if stored is not None:
+            ms_funcs[budget], row["metaschedule"] = stored
+            print(f"  budget {budget}: MetaSchedule: {row['metaschedule']['records']} records, "
+                  f"{row['metaschedule']['search_s']:.0f} s (stored {row['metaschedule']['stored']})", flush=True)
+            continue
         t0 = time.time()
         try:
             import cloudpickle  # noqa: F401  (MetaSchedule's builder pickles with it)
@@ -415,10 +424,13 @@ def run_workload(name: str, args, metaschedule: bool) -> dict:
             row["metaschedule"]["error"] = _reason(e)
             traceback.print_exc()
         row["metaschedule"]["search_s"] = time.time() - t0
+        row["metaschedule"]["loads"] = [record["loads"][0], os.getloadavg()[0]]
         print(f"  budget {budget}: MetaSchedule: "
               + (f"{row['metaschedule']['records']} records" if "error" not in row["metaschedule"]
                  else f"failed: {row['metaschedule']['error']}")
               + f", {row['metaschedule']['search_s']:.0f} s", flush=True)
+        if args.ms_store and budget in ms_funcs:
+            _ms_save(args.ms_store, name, budget, analysis, ms_funcs[budget], row["metaschedule"])
     record["loads"].append(os.getloadavg()[0])
 
     # Build and check everything, then one turn-about timing of all of it.
@@ -486,6 +498,67 @@ def run_workload(name: str, args, metaschedule: bool) -> dict:
     return record
 
 
+# ------------------------------------------------------------ MetaSchedule's results, kept
+
+
+def _ms_key(name: str, budget: int, analysis) -> dict:
+    """What a stored MetaSchedule result must match to be reused: the
+    workload's lowered PrimFunc (its structural hash), the trials, the
+    target MetaSchedule tuned for (this CPU, its cores) and TVM's version."""
+    import tvm
+    import tvm_ffi
+
+    from leir.bridge.lower import lower
+    from leir.bridge.targets import host_target
+
+    return {"workload": name, "trials": budget, "func_hash": str(tvm_ffi.structural_hash(lower(analysis))),
+            "target": str(host_target()), "cores": os.cpu_count(), "tvm": tvm.__version__}
+
+
+def _ms_path(store: str, name: str, budget: int) -> Path:
+    return Path(store) / f"{name}-{budget}.json"
+
+
+def _ms_save(store: str, name: str, budget: int, analysis, func, row: dict) -> None:
+    """MetaSchedule's best PrimFunc for (workload, trials) in TVM's JSON form
+    (``tvm.ir.save_json``: data, nothing a load executes) with its search's
+    figures, written beside and renamed into place."""
+    import tvm
+
+    path = _ms_path(store, name, budget)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"key": _ms_key(name, budget, analysis), "records": row.get("records"),
+               "search_s": row.get("search_s"), "loads": row.get("loads"),
+               "tuned": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+               "commit": _commit(), "func": tvm.ir.save_json(func)}
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(payload) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def _ms_load(store: str, name: str, budget: int, analysis):
+    """(PrimFunc, row) of a stored MetaSchedule result that matches
+    ``_ms_key``, or None (none stored, or stored for another program, target,
+    machine or TVM: tuned afresh then, and stored over it)."""
+    import tvm
+
+    path = _ms_path(store, name, budget)
+    if not path.is_file():
+        return None
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+        if payload.get("key") != _ms_key(name, budget, analysis):
+            print(f"  budget {budget}: MetaSchedule: {path} is for another program, target or TVM: tuning afresh",
+                  flush=True)
+            return None
+        func = tvm.ir.load_json(payload["func"])
+    except Exception as e:  # a damaged file: tune afresh
+        print(f"  budget {budget}: MetaSchedule: {path} does not load ({_reason(e)}): tuning afresh", flush=True)
+        return None
+    return func, {"records": payload.get("records"), "search_s": payload.get("search_s") or 0.0,
+                  "loads": payload.get("loads"), "stored": payload.get("tuned")}
+
+
 # ------------------------------------------------------------ the table
 
 
@@ -516,7 +589,7 @@ def table(records: list[dict], budgets: list[int]) -> str:
             leir = row["leir"]
             ours = _ms(leir) + (f" ({len(leir['steps'])})" if "steps" in leir and "ms" in leir else "")
             ms = row["metaschedule"]
-            ms_s = "-" if ms.get("skipped") else f"{ms.get('search_s', 0):.0f}"
+            ms_s = "-" if ms.get("skipped") else f"{ms.get('search_s', 0):.0f}" + (" *" if ms.get("stored") else "")
             lines.append(f"| {r['workload']} | {budget} | {_ms(r['naive'])} | {ours} | {_ms(ms)} | {vendor} "
                          f"| {_ratio(row['leir_over_metaschedule'])} | {_ratio(row['leir_over_vendor'])} "
                          f"| {leir.get('search_s', 0):.0f} | {ms_s} | {r['load_range']} |")
@@ -594,6 +667,10 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--min-repeat-ms", type=int, default=50)
     parser.add_argument("--ms-timeout", type=float, default=300.0, help="MetaSchedule builder/runner timeout in seconds")
+    parser.add_argument("--ms-store", metavar="DIR",
+                        help="reuse MetaSchedule's best schedule for a workload and budget from DIR when it was tuned "
+                             "for the same program, target and TVM (its search time and load as they were then), "
+                             "and store each new one there (e.g. bench/data/metaschedule)")
     parser.add_argument("--keep-cache", action="store_true",
                         help="measure through $LEIR_CACHE_DIR as it is (default: a fresh cache per search)")
     parser.add_argument("--json", metavar="OUT", help="write every figure to this JSON file")
@@ -660,6 +737,11 @@ def main(argv=None) -> int:
         f"rounds of {args.repeat} runs of at least {args.min_repeat_ms} ms; {os.cpu_count()} cores ({cpu}), "
         f"TVM_NUM_THREADS={os.environ.get('TVM_NUM_THREADS')}; commit {_commit()}, "
         f"{started:%Y-%m-%d %H:%M} UTC; load average at the end {os.getloadavg()[0]:.1f}")
+    stored = sorted({f"{r['workload']}@{b}: {row['metaschedule']['stored']}" for r in records if "error" not in r
+                     for b, row in r["budgets"].items() if row["metaschedule"].get("stored")})
+    if stored:
+        summary_lines.append("* MetaSchedule's schedule reused from --ms-store (tuned then, timed in this run; its "
+                             "search time as it was then): " + ", ".join(stored))
     summary = "\n".join(summary_lines)
     effect = effect_tables(records, args.budgets)
     print()

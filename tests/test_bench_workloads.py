@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import inspect
 import re
 from pathlib import Path
@@ -238,3 +239,24 @@ def test_the_suites_effect_tables_quote_each_ratio_under_its_own_header():
     assert line.split(" | ")[3:6] == ["2.000 (1)", "1.000 (2)", "2.00"]
     means = suite.geomeans(records, [16])[16]
     assert means["model_over_heuristic"] == pytest.approx(2.0) and means["cost_model_over_prior"] is None
+
+
+def test_a_stored_metaschedule_result_is_reused_only_for_the_same_program(tmp_path):
+    import tvm
+
+    from leir.bridge.lower import lower
+
+    suite = _suite()
+    a = _analysis(_text("column_sum"))
+    func = lower(a)
+    suite._ms_save(str(tmp_path), "column_sum", 16, a, func, {"records": 16, "search_s": 123.0, "loads": [1.0, 2.0]})
+    loaded, row = suite._ms_load(str(tmp_path), "column_sum", 16, a)
+    tvm.ir.assert_structural_equal(loaded, func)
+    assert row["records"] == 16 and row["search_s"] == 123.0 and row["stored"]
+    assert suite._ms_load(str(tmp_path), "column_sum", 32, a) is None  # another budget: nothing stored
+    other = _analysis(_text("softmax_256x1024"))
+    assert suite._ms_load(str(tmp_path), "column_sum", 16, other) is None  # another program under the name
+    path = tmp_path / "column_sum-16.json"
+    path.write_text(path.read_text()[:50])
+    assert suite._ms_load(str(tmp_path), "column_sum", 16, a) is None  # damaged: tuned afresh
+    assert "func" not in json.loads(json.dumps(row))  # the row carries figures, not the schedule
