@@ -248,7 +248,7 @@ def test_the_gathered_path_in_the_model_keeping_every_page_is_dense(tiny, monkey
 @pytest.mark.parametrize("keep", [0.5, 0.25])
 def test_a_smaller_keep_hands_the_kernel_fewer_keys(tiny, keep):
     model, prompt = tiny
-    setting = at.AttentionKeep(keep)
+    setting = at.AttentionKeep(keep, min_context=0)
     at.install(model)
     state = decode.prefill(model, prompt)
     pages = at.KVPages(setting)
@@ -269,7 +269,7 @@ def test_a_smaller_keep_hands_the_kernel_fewer_keys(tiny, keep):
 def test_decode_counts_the_positions_read(tiny):
     model, prompt = tiny
     cfg = model.config
-    setting = at.AttentionKeep(0.5)
+    setting = at.AttentionKeep(0.5, min_context=0)
     out = decode.generate(model, prompt, 9, "static", action=2, stop_ids=[], attention_keep=setting)
     flops = reads = readable = 0
     for i in range(len(out.actions)):
@@ -284,20 +284,26 @@ def test_decode_counts_the_positions_read(tiny):
     static = decode.generate(model, prompt, 9, "static", action=2, stop_ids=[])
     saved = out.flops_dense - out.flops_per_token - (static.flops_dense - static.flops_per_token)
     assert saved > 0  # attention FLOPs saved beyond the MLP's, net of the bounds
-    # at a context too short for a page to drop, the knob reads everything
+    # at a context too short for a page to drop, the knob reads everything; so it does below
+    # min_context (by default MIN_CONTEXT, 2,048: where it starts to pay)
     short = decode.generate(model, prompt[:S + P + R - 1], 3, stop_ids=[], attention_keep=setting)
     assert short.keys_read == 1.0
+    default = decode.generate(model, prompt, 9, "static", action=2, stop_ids=[], attention_keep=at.AttentionKeep(0.5))
+    assert len(prompt) + 9 < at.MIN_CONTEXT
+    assert default.keys_read == 1.0 and default.flops_per_token == static.flops_per_token
+    assert default.tokens == static.tokens
 
 
 def test_teacher_forced_at_a_kept_fraction_reads_less_and_restores_the_cache(tiny):
     model, prompt = tiny
     state = decode.prefill(model, prompt[:-8])
     dense = decode.teacher_forced(model, state, prompt[-8:], [0] * 7)
-    kept = decode.teacher_forced(model, state, prompt[-8:], [0] * 7, attention_keep=at.AttentionKeep(0.25))
+    quarter = at.AttentionKeep(0.25, min_context=0)
+    kept = decode.teacher_forced(model, state, prompt[-8:], [0] * 7, attention_keep=quarter)
     assert state.cache.get_seq_length() == state.length
     assert 0.25 < kept.extra["keys_read"] < 0.4 and dense.extra["keys_read"] == 1.0
     assert not torch.equal(kept.token_logprobs, dense.token_logprobs)
-    again = decode.teacher_forced(model, state, prompt[-8:], [0] * 7, attention_keep=at.AttentionKeep(0.25))
+    again = decode.teacher_forced(model, state, prompt[-8:], [0] * 7, attention_keep=quarter)
     assert torch.equal(again.token_logprobs, kept.token_logprobs)
 
 
@@ -306,6 +312,8 @@ def test_settings_are_checked():
         at.AttentionKeep(0.0)
     with pytest.raises(ValueError):
         at.AttentionKeep(0.5, page=0)
+    with pytest.raises(ValueError):
+        at.AttentionKeep(0.5, min_context=-1)
     model = LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                          num_attention_heads=2, num_key_value_heads=2, vocab_size=16,
                                          attn_implementation="eager"))

@@ -36,7 +36,7 @@ sets the model to it; a forward pass given ``kv_pages=KVPages(...)`` (any
 extra keyword of the model's forward reaches the attention function) uses
 the pages, any other pass runs transformers' own SDPA attention unchanged.
 So does every multi-token pass (prefill, ranking), a pass with an attention
-mask (padding), a keep of 1 and a context with fewer than ``min_pages``
+mask (padding), a keep of 1 and a context shorter than ``min_context``
 candidate pages: there the result is the dense model's bit for bit.
 
 Defaults are SOL's (``/work/shared/reference/sol.md``): pages of 8, 4 sink
@@ -58,11 +58,13 @@ SINK_TOKENS = 4
 RECENT_TOKENS = 2
 #: Three levels of the attention keep fraction.
 ATTENTION_LEVELS: tuple[float, ...] = (1.0, 0.5, 0.25)
-#: Below this many candidate pages a pass runs dense attention. The time of
-#: selecting and gathering is repaid only on long contexts; 0 engages the
-#: knob whenever a page can be dropped. The default is from
-#: ``bench/sol_attention.py`` (docs/sol.md).
-MIN_PAGES = 0
+#: Below this context a pass runs dense attention: selecting and gathering
+#: pays only on long contexts. Measured on this project's 2-core machine
+#: (``bench/sol_attention.py``, docs/sol.md): at SmolLM2-135M's attention
+#: shape keep 0.25 is faster than dense from 2,048 tokens (attention alone;
+#: a whole decode step from 4,096), keep 0.5 at none up to 4,096; at the
+#: shipped model's shape neither up to 4,096 (its context is 1,024).
+MIN_CONTEXT = 2048
 #: The name ``install`` registers in transformers' attention interface.
 ATTENTION_NAME = "leir_kv_pages"
 
@@ -118,18 +120,19 @@ class LayerBounds:
 class AttentionKeep:
     """The knob's setting: keep ``keep`` of the candidate pages of
     ``page`` positions, with ``sinks`` first and ``recent`` last positions
-    always read; dense below ``min_pages`` candidate pages."""
+    always read; dense below ``min_context`` positions (0: wherever a page
+    can be dropped)."""
 
     keep: float = 1.0
     page: int = PAGE_SIZE
     sinks: int = SINK_TOKENS
     recent: int = RECENT_TOKENS
-    min_pages: int = MIN_PAGES
+    min_context: int = MIN_CONTEXT
 
     def __post_init__(self):
         kept_pages(1, self.keep)
-        if self.page < 1 or self.sinks < 0 or self.recent < 1 or self.min_pages < 0:
-            raise ValueError("page size and recent tokens must be at least 1, sink tokens and min pages at least 0")
+        if self.page < 1 or self.sinks < 0 or self.recent < 1 or self.min_context < 0:
+            raise ValueError("page size and recent tokens must be at least 1, sinks and min context at least 0")
 
     def candidates(self, length: int) -> int:
         """Candidate pages of a context of ``length``: those that end before
@@ -139,7 +142,7 @@ class AttentionKeep:
     def engages(self, length: int) -> bool:
         """Whether a token at context ``length`` reads fewer positions than all."""
         n = self.candidates(length)
-        return n >= max(1, self.min_pages) and kept_pages(n, self.keep) < n
+        return length >= self.min_context and n >= 1 and kept_pages(n, self.keep) < n
 
 
 class KVPages:
@@ -363,7 +366,7 @@ def uninstall(model):
     return model
 
 
-__all__ = ["ATTENTION_LEVELS", "ATTENTION_NAME", "AttentionKeep", "KVPages", "LayerBounds", "Layout", "MIN_PAGES",
+__all__ = ["ATTENTION_LEVELS", "ATTENTION_NAME", "AttentionKeep", "KVPages", "LayerBounds", "Layout", "MIN_CONTEXT",
            "PAGE_SIZE", "RECENT_TOKENS", "SINK_TOKENS", "attend", "gather_kv", "install", "kept_pages",
            "kv_pages_attention", "page_extremes", "page_scores", "paged_attention", "register", "select_pages",
            "uninstall"]
