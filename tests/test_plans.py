@@ -415,6 +415,44 @@ def test_neighbours_differ_in_one_parameter_and_the_search_tries_them():
     assert any("one parameter away from the fastest" in line for line in said)
 
 
+class ReversingCostModel:
+    """Predicts the plans in the reverse of the order it is first asked
+    about them (the opposite of the prior), and records what it was told."""
+
+    def __init__(self):
+        self.events: list[tuple[str, int]] = []
+        self.order: dict[str, int] = {}
+
+    def predict(self, analyses, target):
+        self.events.append(("predict", len(analyses)))
+        for a in analyses:
+            self.order.setdefault(print_program(a.program), len(self.order))
+        return [-float(self.order[print_program(a.program)]) for a in analyses]
+
+    def update(self, analyses, ms, target):
+        self.events.append(("update", len(analyses)))
+
+
+def test_the_prior_orders_the_first_round_and_the_updated_cost_model_the_next():
+    from leir.tools.optimize import optimize
+    from leir.tools.optimize.planned import PLAN_ROUND
+
+    a = analysis(MATMUL)
+    model, measurer = ReversingCostModel(), KindsMeasurer()
+    optimize(a, steps=30, budget=24, strategy="plans", measurer=measurer, cost_model=model)
+    # Nothing is predicted before the first round is measured and learned from.
+    assert model.events[0] == ("update", PLAN_ROUND) and model.events[1][0] == "predict"
+    # The first round is the prior's: what the same search without a cost model measures first.
+    without = KindsMeasurer()
+    optimize(a, steps=30, budget=24, strategy="plans", measurer=without, cost_model=None)
+    assert measurer.calls[:1 + PLAN_ROUND] == without.calls[:1 + PLAN_ROUND]
+    # The second round follows the model: the plans it ranks first, which
+    # are the ones the prior ranks last among those left.
+    second_round = measurer.calls[1 + PLAN_ROUND:1 + 2 * PLAN_ROUND]
+    ranks = [model.order[t] for t in second_round if t in model.order]
+    assert ranks and ranks == sorted(ranks, reverse=True)
+
+
 BATCH1_CONV = """\
 L^{1}_{n}
   L^{16}_{k}
