@@ -61,3 +61,13 @@ def missing_model(name: str):
     from leir.tools.ranking import load_ranker
 
     return load_ranker("no-such-ranker")
+
+
+def model_in_directory(name: str):
+    """The model saved in the directory ``name`` (``ModelRanker.load``): the
+    child starts from a forkserver that keeps the environment it started
+    with, so a test that needs a model of its own names its directory here
+    rather than in ``LEIR_MODEL_DIR``."""
+    from leir_models.lm.ranker import ModelRanker
+
+    return ModelRanker.load(name)

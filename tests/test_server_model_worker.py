@@ -109,7 +109,7 @@ def test_close_stops_the_process():
 
 def test_without_a_model_the_worker_stops_and_never_restarts():
     said = []
-    worker = ModelWorker(factory="model_worker_rankers:missing_model", timeout=120, on_active=said.append)
+    worker = ModelWorker(factory="model_worker_rankers:missing_model", timeout=120, on_active=lambda name, decoding: said.append(name))
     try:
         worker.submit(Request(URI, 1, TEXT, "leir", None, "llvm"))
         deadline = time.monotonic() + 120
@@ -228,7 +228,7 @@ async def test_the_setting_decides_whether_a_model_process_starts(bare_lsp, enab
 def test_without_a_model_file_no_process_starts_at_all(tmp_path, monkeypatch):
     monkeypatch.setenv("LEIR_MODEL_DIR", str(tmp_path))  # an empty directory: no model
     said = []
-    worker = ModelWorker(on_active=said.append)  # the real factory
+    worker = ModelWorker(on_active=lambda name, decoding: said.append(name))  # the real factory
     try:
         worker.submit(Request(URI, 1, TEXT, "leir", None, "llvm"))
         deadline = time.monotonic() + 60
@@ -282,7 +282,7 @@ def test_without_a_fine_tuned_smollm2_no_process_starts(lm_model_dir, tmp_path, 
     monkeypatch.setenv("LEIR_SMOLLM2_MODEL_DIR", str(tmp_path))  # empty: the larger tier is not made
     monkeypatch.setenv("LEIR_MODEL_DIR", str(lm_model_dir))  # the embedded tier is: asking for it would start one
     said = []
-    worker = ModelWorker(on_active=said.append, ranker="smollm2")  # the real factory
+    worker = ModelWorker(on_active=lambda name, decoding: said.append(name), ranker="smollm2")  # the real factory
     try:
         worker.submit(Request(URI, 1, TEXT, "leir", None, "llvm"))
         deadline = time.monotonic() + 60

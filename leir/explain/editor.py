@@ -72,7 +72,8 @@ def step_text(analysis: "Analysis", s: "Suggestion", language: str, target: str,
     if s.plan_text is not None:
         text = f"This is {s.plan_text}, a plan that was applied and verified as a whole.\n\n{text}"
     if s.reasoning:
-        text += (f"\n\n*The local model's reasoning ({s.reasoning_status}; only its sentences that state this "
+        how = s.reasoning_status + (f", {s.reasoning_note}" if s.reasoning_note else "")
+        text += (f"\n\n*The local model's reasoning ({how}; only its sentences that state this "
                  f"step's computed facts are kept):* {s.reasoning}")
     return f"### {s.label}\n{text}"
 

@@ -50,7 +50,10 @@ class Ranker(Protocol):
     ``explain(ctx, step, target) -> str | None``, reasoning the ranker
     writes for one step, already checked against the step's facts
     (``leir.explain.grounding``); ``leir.tools.suggest`` shows it, as
-    predicted, for its first few suggestions."""
+    predicted, for its first few suggestions. ``reasoning_note: str |
+    None``, said beside that reasoning (e.g. "decoded under SOL at budget
+    0.5"). ``decoding() -> dict``, how its reasoning is decoded, as plain
+    data with a ``text`` clause (the server's model worker reports it)."""
 
     #: What the ranking is, for reports ("heuristic", a model's name).
     name: str

@@ -74,6 +74,9 @@ class Suggestion:
     #: Reasoning the ranker wrote for the step (``Ranker.explain``), only the
     #: sentences that check against the step's facts; None when it writes none.
     reasoning: str | None = None
+    #: How the ranker wrote it, said beside it (``Ranker.reasoning_note``:
+    #: "decoded under SOL at budget 0.5"); None: nothing to say.
+    reasoning_note: str | None = None
 
     @property
     def reasoning_status(self) -> str | None:
@@ -184,8 +187,10 @@ def _explained(found: list[Suggestion], ranker, doc, target: str, top: int) -> l
         return found
     ctx = Context.of(doc.analysis)
     kind = "cuda" if "cuda" in target else "llvm"
-    return [replace(s, reasoning=ranker.explain(ctx, s.step, kind)) if k < top else s
-            for k, s in enumerate(found)]
+    explained = [replace(s, reasoning=ranker.explain(ctx, s.step, kind)) if k < top else s
+                 for k, s in enumerate(found)]
+    note = getattr(ranker, "reasoning_note", None)
+    return [replace(s, reasoning_note=note) if s.reasoning and note else s for s in explained]
 
 
 def order(found: list[Suggestion]) -> list[Suggestion]:

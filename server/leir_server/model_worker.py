@@ -26,7 +26,18 @@ and target), and the heuristic otherwise (``PrecomputedRanker``).
   the server logs and reports), so a server without a model holds no
   process for it.
 - ``close`` stops the child (shutdown, exit, ``leir.restart``, a change of
-  ``model.tier``: the server then starts a worker for the new tier).
+  ``model.tier`` or of the SOL settings: the server then starts a worker
+  for the new ones).
+- ``sol`` (the ``model.sol`` settings: budget, runtime, precision; None:
+  dense) has the child decode the reasoning under the SOL policy shipped
+  beside the model (``SOL_DECODING``, in ``leir_models``); the ranking
+  stays dense. When it cannot (no policy, ORT does not load) the child
+  decodes densely and says why. What the ranker
+  reports of its decoding (its optional ``decoding()``: a ``text`` clause
+  such as "reasoning decoded with SOL at budget 0.5 (net keep 0.53, torch
+  (cpu))") is ``ModelWorker.decoding``, handed to ``on_active`` with the
+  ranker's name when it loads and to ``on_update`` when the clause changes
+  after a ranking (the net keep reached so far).
 
 Nothing from a document is executed: the child parses and analyses it as
 the request threads do.
@@ -46,6 +57,12 @@ logger = logging.getLogger(__name__)
 #: ranker's name (``ModelWorker.ranker``). A test points it at a fake ranker;
 #: nothing outside the server's own code sets it.
 RANKER_FACTORY = "leir_server.model_worker:load_model_ranker"
+#: "module:function" that gives the child's ranker its reasoning decoded
+#: under SOL: called with (ranker, budget, runtime, precision), it returns
+#: the ranker to use (``leir_models.sol.reasoning.with_sol``; the model's
+#: own ranker class cannot offer it as a method, see there). Named, not
+#: imported, as ``RANKER_FACTORY``: the server imports no model.
+SOL_DECODING = "leir_models.sol.reasoning:with_sol"
 #: Seconds a ranking may take (the first includes loading torch and the
 #: model) before the child is taken for hung, killed and replaced.
 RANK_TIMEOUT_S = 60.0
@@ -53,6 +70,10 @@ RANK_TIMEOUT_S = 60.0
 #: tier) took 9 s to load and 35 s to rank examples/gqa_attention.leir's
 #: 208 candidates on one busy core here (docs/model.md), too close to 60 s.
 RANK_TIMEOUT_S_OF = {"smollm2": 240.0}
+#: Seconds more the child may take to load with ``model.sol.runtime``
+#: "onnx": the first time, the MLP graphs are exported (36 for the
+#: embedded model, about 20 s on an idle core; docs/sol.md).
+SOL_ONNX_LOAD_S = 180.0
 
 
 def load_model_ranker(name: str = "model"):
@@ -76,6 +97,7 @@ class _Recording:
 
     def __init__(self, ranker):
         self.ranker, self.name = ranker, ranker.name
+        self.reasoning_note = getattr(ranker, "reasoning_note", None)
         self.scores: dict[str, tuple[float, tuple[str, ...]]] = {}
         #: step key -> the reasoning the ranker wrote (``Ranker.explain``), grounded already.
         self.reasonings: dict[str, str] = {}
@@ -94,14 +116,36 @@ class _Recording:
         return text
 
 
-def child_main(conn, factory: str, name: str = "model") -> None:
-    """The worker process: load the ranker ``name`` once, say which it is,
-    then answer each (uri, version, text, language, kernel, target) with the
-    scores of every step of that version."""
+def with_decoding(ranker, sol: tuple[float, str, str] | None):
+    """``ranker`` with its reasoning decoded as ``sol`` asks (module doc):
+    ``SOL_DECODING``'s when SOL is asked for and the ranker writes
+    reasoning; else itself."""
+    if sol is None or ranker.name == "heuristic" or not callable(getattr(ranker, "explain", None)):
+        return ranker
+    try:
+        with_sol = _factory(SOL_DECODING)
+    except ImportError as e:  # the models without their SOL part: the reasoning stays dense
+        logger.warning("SOL decoding is not installed (%s): the reasoning is decoded densely", e)
+        return ranker
+    budget, runtime, precision = sol
+    return with_sol(ranker, budget, runtime, precision)
+
+
+def decoding_of(ranker) -> dict | None:
+    """What ``ranker`` says of how it decodes its reasoning (plain data), or None."""
+    decoding = getattr(ranker, "decoding", None)
+    return decoding() if callable(decoding) else None
+
+
+def child_main(conn, factory: str, name: str = "model", sol: tuple[float, str, str] | None = None) -> None:
+    """The worker process: load the ranker ``name`` once (its reasoning
+    decoded as ``sol`` asks), say which it is and how it decodes, then
+    answer each (uri, version, text, language, kernel, target) with the
+    scores of every step of that version and how it decodes now."""
     from leir.tools.suggest import suggest
 
-    ranker = _factory(factory)(name)
-    conn.send(("ready", ranker.name))
+    ranker = with_decoding(_factory(factory)(name), sol)
+    conn.send(("ready", ranker.name, decoding_of(ranker)))
     while True:
         try:
             uri, version, text, language, kernel, target = conn.recv()
@@ -110,7 +154,8 @@ def child_main(conn, factory: str, name: str = "model") -> None:
         recording = _Recording(ranker)
         try:
             suggest(text, language, None, kernel=kernel, target=target, ranker=recording)
-            conn.send(("ranked", uri, version, (recording.scores, recording.reasonings)))
+            conn.send(("ranked", uri, version, (recording.scores, recording.reasonings, recording.reasoning_note,
+                                                decoding_of(ranker))))
         except Exception as e:  # noqa: BLE001 - one document's failure is that ranking's, not the worker's
             conn.send(("failed", uri, version, f"{type(e).__name__}: {e}"))
 
@@ -135,6 +180,8 @@ class Ranking:
     #: LEIR step key -> the reasoning the model wrote for it (the document's
     #: first ``leir.tools.suggest.EXPLAIN_TOP`` steps), checked against its facts.
     reasonings: dict = field(default_factory=dict)
+    #: Said beside that reasoning ("decoded under SOL at budget 0.5"), or None.
+    reasoning_note: str | None = None
 
 
 class PrecomputedRanker:
@@ -143,6 +190,7 @@ class PrecomputedRanker:
 
     def __init__(self, ranking: Ranking):
         self.ranking, self.name = ranking, ranking.source
+        self.reasoning_note = ranking.reasoning_note
 
     def score(self, ctx, steps, target):
         from leir.tools.ranking import HEURISTIC
@@ -160,19 +208,26 @@ class ModelWorker:
     """The server's one model process and its queue (see the module docstring)."""
 
     def __init__(self, factory: str | None = None, timeout: float | None = None, on_active=None, context=None,
-                 ranker: str = "model"):
+                 ranker: str = "model", sol: tuple[float, str, str] | None = None, on_update=None):
         self.factory = factory or RANKER_FACTORY
         #: The name of the ranker the child loads (``leir.rankers``; the ``model.tier`` setting's).
         self.ranker = ranker
+        #: (budget, runtime, precision) of the reasoning's SOL decoding (the ``model.sol`` settings); None: dense.
+        self.sol = sol
         #: Returns the multiprocessing context the child starts from (the
         #: server passes its job pool's forkserver; by default leir's sandbox
         #: forkserver with the measurement modules preloaded).
         self.context = context
         self.timeout = RANK_TIMEOUT_S_OF.get(ranker, RANK_TIMEOUT_S) if timeout is None else timeout
-        #: Called (from the driver thread) with the ranker's name once a child has loaded it.
+        #: Called (from the driver thread) with the ranker's name and ``decoding`` once a child has loaded it.
         self.on_active = on_active
+        #: Called (from the driver thread) with the same when ``decoding``'s text changed after a ranking.
+        self.on_update = on_update
         #: The name of the ranker the child loaded ("heuristic" after a fallback); None before.
         self.active: str | None = None
+        #: How the child's ranker decodes its reasoning (its ``decoding()``: plain data with a ``text``
+        #: clause), as of its last answer; None before, or when the ranker does not say.
+        self.decoding: dict | None = None
         #: How many child processes were started (the tests read it).
         self.started = 0
         self.process = None
@@ -247,10 +302,19 @@ class ModelWorker:
             if kind == "failed":
                 logger.info("model ranking of %s (version %s) failed: %s", uri, version, payload)
                 continue
+            scores, reasonings, note, decoding = payload
             with self._cond:
                 if not self.closed and uri not in self._pending:  # not superseded meanwhile
-                    scores, reasonings = payload
-                    self._ready[uri] = Ranking(request, self.active or "model", scores, reasonings)
+                    self._ready[uri] = Ranking(request, self.active or "model", scores, reasonings, note)
+            self._decoded(decoding)
+
+    def _decoded(self, decoding: dict | None) -> None:
+        """Keep what the child said of its decoding after a ranking; tell
+        ``on_update`` when its text changed (the net keep reached so far)."""
+        said = (self.decoding or {}).get("text")
+        self.decoding = decoding
+        if decoding is not None and decoding.get("text") != said and self.on_update is not None and not self.closed:
+            self.on_update(self.active, decoding)
 
     def _start(self) -> None:
         if self.context is not None:
@@ -260,8 +324,8 @@ class ModelWorker:
 
             ctx = sandbox.worker_context(sandbox.MEASUREMENT_PRELOAD)
         conn, child = ctx.Pipe()
-        process = ctx.Process(target=child_main, args=(child, self.factory, self.ranker), name="leir-model",
-                              daemon=True)
+        process = ctx.Process(target=child_main, args=(child, self.factory, self.ranker, self.sol),
+                              name="leir-model", daemon=True)
         process.start()
         child.close()
         with self._cond:  # close() may run meanwhile, from another thread: it must find a started child or none
@@ -274,16 +338,18 @@ class ModelWorker:
             process.join(5)
             conn.close()
             raise RuntimeError("the worker was closed while its child started")
-        if not conn.poll(self.timeout):
-            raise RuntimeError(f"the ranker did not load within {self.timeout:g} s")
-        kind, name = conn.recv()
-        self.active = name
+        load = self.timeout + (SOL_ONNX_LOAD_S if self.sol is not None and self.sol[1] == "onnx" else 0.0)
+        if not conn.poll(load):
+            raise RuntimeError(f"the ranker did not load within {load:g} s")
+        kind, name, decoding = conn.recv()
+        self.active, self.decoding = name, decoding
         if name == "heuristic":
             logger.warning("the model did not load (see the model worker's log): suggestions use the heuristic")
         else:
-            logger.info("model worker ready: suggestions ranked by %s", name)
+            logger.info("model worker ready: suggestions ranked by %s%s", name,
+                        f", {decoding['text']}" if decoding else "")
         if self.on_active is not None:
-            self.on_active(name)
+            self.on_active(name, decoding)
         if name == "heuristic":
             self._kill()  # nothing for it to do: the listing's own heuristic is the same ranking
 
@@ -320,7 +386,7 @@ class ModelWorker:
         self.active = "heuristic"
         logger.warning("no local model %r (%s): suggestions use the heuristic", self.ranker, reason)
         if self.on_active is not None:
-            self.on_active("heuristic")
+            self.on_active("heuristic", None)
         return True
 
     def _kill(self) -> None:

@@ -40,7 +40,7 @@ def ready_ranker(server, snapshot: "DocumentSnapshot", kernel: str | None):
     when it is finished, else None (the heuristic): listing never waits."""
     model = server.session.workers.model  # once: a settings change may stop it meanwhile
     settings = server.session.settings
-    if not settings.model_enabled or model is None or model.ranker != settings.model_ranker:
+    if not settings.model_enabled or model is None or not _serves(model, settings):
         return None
     from leir_server.model_worker import PrecomputedRanker
 
@@ -60,21 +60,23 @@ def queue_ranking(server, uri: str) -> None:
         return
     from leir_server.model_worker import Request
 
-    worker = session.workers.model_worker(on_active=lambda name: _say_active(server, name),
-                                          ranker=session.settings.model_ranker)
+    worker = session.workers.model_worker(on_active=lambda name, decoding: _say_active(server, name, decoding),
+                                          ranker=session.settings.model_ranker, sol=session.settings.model_sol,
+                                          on_update=lambda name, decoding: _say_ranker(server, name, decoding))
     worker.submit(Request(uri, snapshot.version, snapshot.text, snapshot.language, None, session.settings.target))
 
 
 def settings_changed(server) -> None:
     """The settings are (re)read: with ``model_enabled`` off, the model
     worker stops (its process goes); on, every open document is queued for
-    it. A worker of another ``model.tier`` is stopped first, and one for the
-    new tier loads its model as the first ranking asks for it."""
+    it. A worker of another ``model.tier`` or other ``model.sol`` settings
+    is stopped first, and one for the new ones loads its model as the first
+    ranking asks for it."""
     session = server.session
     if session.settings_pending:
         return
     model = session.workers.model
-    if not session.settings.model_enabled or (model is not None and model.ranker != session.settings.model_ranker):
+    if not session.settings.model_enabled or (model is not None and not _serves(model, session.settings)):
         session.workers.stop_model()
     if not session.settings.model_enabled:
         return
@@ -82,20 +84,46 @@ def settings_changed(server) -> None:
         queue_ranking(server, uri)
 
 
-def _say_active(server, name: str) -> None:
-    """Tell the client which ranker the model worker loaded (from its driver thread)."""
+def _serves(model, settings) -> bool:
+    """Whether the model worker ``model`` is the one ``settings`` ask for (tier and SOL decoding)."""
+    return (model.ranker, model.sol) == (settings.model_ranker, settings.model_sol)
+
+
+def _say_active(server, name: str, decoding: dict | None) -> None:
+    """Tell the client which ranker the model worker loaded, and how it
+    decodes its reasoning (from its driver thread)."""
     from lsprotocol import types
 
     if name == "heuristic":
         message = "leir: the local model did not load (none installed?); suggestions are ranked by the heuristic"
     else:
         message = f"leir: suggestions are ranked by the local model ({name})"
+        if decoding is not None:
+            message += f", {decoding['text']}"
     try:
         server.window_log_message(types.LogMessageParams(type=types.MessageType.Info, message=message))
+    except Exception:  # noqa: BLE001 - the client is gone; nothing to tell
+        return
+    _say_ranker(server, name, decoding)
+
+
+def _say_ranker(server, name: str, decoding: dict | None) -> None:
+    """``leir/ranker``: the ranker's name and, when it says, how its
+    reasoning is decoded (``reasoning``, one clause; ``decoding``, the data)."""
+    params: dict = {"ranker": name}
+    if decoding is not None:
+        params["reasoning"] = decoding["text"]
+        params["decoding"] = {_camel(k): v for k, v in decoding.items() if k != "text"}
+    try:
         # Its own notification: a leir/status here would say "not measuring" in the middle of a measurement.
-        server.protocol.notify("leir/ranker", {"ranker": name})
+        server.protocol.notify("leir/ranker", params)
     except Exception:  # noqa: BLE001 - the client is gone; nothing to tell
         pass
+
+
+def _camel(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(part.title() for part in rest)
 
 
 async def at(server, snapshot: "DocumentSnapshot", offset: int | None, limit: int | None = None,

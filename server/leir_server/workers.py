@@ -239,20 +239,24 @@ class Workers:
 
     # ------------------------------------------------------------ the model
 
-    def model_worker(self, on_active=None, ranker: str = "model") -> "ModelWorker":
+    def model_worker(self, on_active=None, ranker: str = "model", sol: tuple[float, str, str] | None = None,
+                     on_update=None) -> "ModelWorker":
         """The model worker for the ranker ``ranker`` (the ``model.tier``
-        setting's), created (not yet started: its process starts with the
-        first ranking) here; one for another ranker is stopped first."""
+        setting's) decoding its reasoning as ``sol`` says (the ``model.sol``
+        settings'), created (not yet started: its process starts with the
+        first ranking) here; one for another ranker or decoding is stopped
+        first."""
         from leir_server.model_worker import ModelWorker
 
         with self._lock:
             if self.closed:
                 raise RequestFailed("the server is shutting down")
             old = None
-            if self.model is not None and self.model.ranker != ranker:
+            if self.model is not None and (self.model.ranker, self.model.sol) != (ranker, sol):
                 old, self.model = self.model, None
             if self.model is None:
-                self.model = ModelWorker(on_active=on_active, context=_context, ranker=ranker)
+                self.model = ModelWorker(on_active=on_active, context=_context, ranker=ranker, sol=sol,
+                                         on_update=on_update)
             found = self.model
         if old is not None:
             old.close()
@@ -260,7 +264,7 @@ class Workers:
 
     def stop_model(self) -> None:
         """Stop the model worker, if one was created (``model_enabled`` turned
-        off, or ``model.tier`` changed)."""
+        off, or ``model.tier`` or the ``model.sol`` settings changed)."""
         with self._lock:
             model, self.model = self.model, None
         if model is not None:

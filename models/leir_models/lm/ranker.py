@@ -25,6 +25,7 @@ point, the larger tier: SmolLM2-135M fine-tuned on the dataset, in
 
 from __future__ import annotations
 
+import copy
 import math
 from pathlib import Path
 from typing import Any, Sequence
@@ -135,14 +136,23 @@ class ModelRanker:
     positive, and on the heuristic's 0-100 scale, so that ``leir.tools.suggest``
     still puts the steps no ranker scores, at 0, last)."""
 
-    def __init__(self, model, tokenizer, name: str = "model", machine: dict[str, Any] | None = None):
+    #: Nothing to say beside the reasoning: it is decoded densely (``leir.tools.ranking.Ranker``).
+    reasoning_note = None
+
+    def __init__(self, model, tokenizer, name: str = "model", machine: dict[str, Any] | None = None,
+                 path: str | Path | None = None):
         self.model, self.tokenizer, self.name = model, tokenizer, name
         self.machine = machine
+        #: The directory the model was loaded from (where its SOL policy is looked for); None: not known.
+        self.path = Path(path) if path is not None else None
+        #: Why the reasoning is decoded densely although SOL was asked for
+        #: (``dense_because``, from ``leir_models.sol.reasoning.with_sol``); None: not asked.
+        self.dense_why: str | None = None
 
     @classmethod
     def load(cls, path: str | Path, name: str = "model") -> "ModelRanker":
         model, tok = load_model(path)
-        return cls(model, tok, name)
+        return cls(model, tok, name, path=path)
 
     def prompt_ids(self, analysis, target: str) -> list[int]:
         fields = state_of_analysis(analysis, target, self.machine)
@@ -181,6 +191,18 @@ class ModelRanker:
             return explain(self.model, self.tokenizer, ctx.analysis, step, target, self.machine).text or None
         except (TransformError, ValueError):
             return None
+
+    def dense_because(self, reason: str) -> "ModelRanker":
+        """A copy of this ranker (the same model) that says, in ``decoding()``,
+        why its reasoning is decoded densely."""
+        found = copy.copy(self)
+        found.dense_why = reason
+        return found
+
+    def decoding(self) -> dict[str, Any]:
+        """How ``explain`` decodes, as plain data (the server sends it on)."""
+        text = "reasoning decoded densely" + (f" ({self.dense_why})" if self.dense_why else "")
+        return {"mode": "dense", "why": self.dense_why, "text": text}
 
 
 def load_default() -> ModelRanker:

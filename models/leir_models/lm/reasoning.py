@@ -131,15 +131,33 @@ def generate(model, tokenizer, fields: dict[str, Any], step: dict[str, Any], fac
     """The model's reasoning for ``step`` after the prompt of ``fields``
     (``data.state_of_analysis``'s: program, tensors, target, machine),
     checked against ``facts``."""
-    ids, stopped, seconds, prompt_seconds = decode_greedy(model, prompt_ids(tokenizer, model, fields, step, max_tokens),
-                                                          max_tokens)
-    raw = tk.decode(tokenizer, ids)
+    return decode_checked(model, tokenizer, prompt_ids(tokenizer, model, fields, step, max_tokens), facts, max_tokens)
+
+
+def decode_checked(model, tokenizer, ids: list[int], facts: StepFacts, max_tokens: int = MAX_TOKENS) -> Generated:
+    """``decode_greedy`` after ``ids``, what it wrote checked against ``facts``."""
+    out, stopped, seconds, prompt_seconds = decode_greedy(model, ids, max_tokens)
+    raw = tk.decode(tokenizer, out)
     grounding = check(raw, facts)
-    return Generated(grounding.text, raw, grounding, len(ids), stopped, seconds, prompt_seconds)
+    return Generated(grounding.text, raw, grounding, len(out), stopped, seconds, prompt_seconds)
 
 
 def _step_json(step) -> dict[str, Any]:
     return step.to_json() if hasattr(step, "to_json") else {"id": step["id"], "args": step.get("args", {})}
+
+
+def prompt_and_facts(tokenizer, model, analysis, step, target: str, machine: dict[str, Any] | None = None,
+                     max_tokens: int = MAX_TOKENS) -> tuple[list[int], StepFacts]:
+    """What decoding ``step``'s reasoning on the program of ``analysis``
+    starts from and is checked against: the ids up to ``<|reason|>``
+    (``prompt_ids``) and the step's facts before it is measured, on
+    ``machine`` (this one by default; none on "cuda"). Raises
+    ``TransformError``/``ValueError`` when the step's facts cannot be
+    computed. Shared by ``explain`` and the SOL decoding of the same
+    reasoning (``leir_models.sol.reasoning``)."""
+    fields = state_of_analysis(analysis, target, machine)
+    facts = step_facts(analysis, None, step, target=target, machine=fields["machine"] if target != "cuda" else None)
+    return prompt_ids(tokenizer, model, fields, _step_json(step), max_tokens), facts
 
 
 def explain(model, tokenizer, analysis, step, target: str, machine: dict[str, Any] | None = None,
@@ -147,9 +165,8 @@ def explain(model, tokenizer, analysis, step, target: str, machine: dict[str, An
     """Reasoning for ``step`` on the program of ``analysis`` (a
     ``leir.semantics.Analysis``), checked against the facts
     ``leir.explain`` computes for it on ``machine`` (this one by default)."""
-    fields = state_of_analysis(analysis, target, machine)
-    facts = step_facts(analysis, None, step, target=target, machine=fields["machine"] if target != "cuda" else None)
-    return generate(model, tokenizer, fields, _step_json(step), facts, max_tokens)
+    ids, facts = prompt_and_facts(tokenizer, model, analysis, step, target, machine, max_tokens)
+    return decode_checked(model, tokenizer, ids, facts, max_tokens)
 
 
 # ------------------------------------------------------------ the figure

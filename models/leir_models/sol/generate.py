@@ -10,8 +10,9 @@ file, and its reasoning decoded under the SOL policy (docs/sol.md).
    log-likelihood (``leir_models.lm.ranker``): constrained by construction.
    The ranking runs on the dense torch model (SOL is about the decoding).
 2. Its reasoning: the prompt and the step as ``leir_models.lm.reasoning``
-   builds them (``prompt_ids``; the facts of the step before it is
-   measured, ``step_facts``), decoded with ``leir_models.sol.decode.generate``:
+   builds them (``prompt_and_facts``: the facts of the step before it is
+   measured), decoded by ``leir_models.sol.reasoning.Decoder`` (which the
+   server's model worker uses too) with ``leir_models.sol.decode.generate``:
    dense (``--dense``), or the policy's action per token at budget ``B``
    (sampled from the policy with ``--seed``, as it was trained: its greedy
    choice collapses to the cheapest level, docs/sol.md). The model is
@@ -45,11 +46,12 @@ from pathlib import Path
 from typing import Any
 
 from leir_models.lm.reasoning import MAX_TOKENS
+from leir_models.sol.reasoning import POLICY_SUBDIR
+
+__all__ = ["DEFAULT_BUDGET", "POLICY_SUBDIR", "Proposal", "propose"]
 
 #: The budget when neither ``--budget`` nor ``--dense`` is given.
 DEFAULT_BUDGET = 0.7
-#: Where the policy is looked for beside the model when ``--policy`` is not given.
-POLICY_SUBDIR = "sol"
 
 
 @dataclass
@@ -127,15 +129,14 @@ def propose(path: str | Path, at: str | None = None, *, model_dir: str | Path, p
     reasoning decoded at ``budget`` (None: dense) on ``runtime`` (module doc)."""
     import torch
 
-    from leir.explain.grounding import check, step_facts
+    from leir.explain.grounding import check
     from leir.tools.suggest import suggest
-    from leir_models.lm import reasoning as rs
     from leir_models.lm import tokenizer as tk
-    from leir_models.lm.data import state_of_analysis
     from leir_models.lm.ranker import ModelRanker
-    from leir_models.sol import decode, ort_runtime
+    from leir_models.lm.reasoning import prompt_and_facts
+    from leir_models.sol import ort_runtime
     from leir_models.sol.onnx_blocks import PRECISIONS
-    from leir_models.sol.policy import load_policy
+    from leir_models.sol.reasoning import Decoder, fitting_policy
 
     if runtime not in ort_runtime.RUNTIMES:
         raise ValueError(f"--runtime {runtime}: expected one of {', '.join(ort_runtime.RUNTIMES)}")
@@ -152,49 +153,32 @@ def propose(path: str | Path, at: str | None = None, *, model_dir: str | Path, p
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise FileNotFoundError(f"{model_dir}: no such model directory (train one with `leir model train`)")
-    policy = orders = None
     if budget is not None:
         policy_dir = Path(policy_dir) if policy_dir is not None else model_dir / POLICY_SUBDIR
         if not policy_dir.is_dir():
             raise FileNotFoundError(f"{policy_dir}: no such policy directory (train one with `leir model train-sol "
                                     f"--model {model_dir} --out {policy_dir}`, or pass --dense)")
-        policy, orders = load_policy(policy_dir)
 
     doc = load_document(path)
     offset = position(doc, at) if at else None
     ranker = ModelRanker.load(model_dir)
     model, tok = ranker.model, ranker.tokenizer
-    if policy is not None:
-        layers = int(model.config.num_hidden_layers)
-        if policy.config.hidden_size != model.config.hidden_size or len(orders) != layers:
-            raise ValueError(f"the policy in {policy_dir} was trained for another model (hidden size "
-                             f"{policy.config.hidden_size}, {len(orders)} layers; this one: "
-                             f"{model.config.hidden_size}, {layers})")
+    policy, orders = fitting_policy(model, policy_dir) if budget is not None else (None, None)
     found = suggest(doc.source.text, "leir", offset, target=target, document=doc, ranker=ranker, explain_top=0)
     if not found:
         raise ValueError(f"{path}: no step applies" + (f" at {at}" if at else ""))
     top = found[0]
 
-    decode.prepare(model, orders)
-    providers = [f"torch ({next(model.parameters()).device.type})"]
-    if runtime == "onnx":
-        installed = ort_runtime.install(model, precision, cache_dir, threads=threads or None)
-        providers = installed.providers
-
+    # Ranked on the dense model above; only now are its channels reordered and its MLPs made sliceable.
+    decoder = Decoder.prepare(model, policy, orders, budget, runtime, precision, cache_dir, threads)
     kind = "cuda" if "cuda" in target else "llvm"
-    fields = state_of_analysis(doc.analysis, kind, None)
-    facts = step_facts(doc.analysis, None, top.step, target=kind, machine=fields["machine"] if kind != "cuda" else None)
-    ids = rs.prompt_ids(tok, model, fields, rs._step_json(top.step), max_tokens)
-    if policy is None:
-        out = decode.generate(model, ids, max_tokens, "dense", stop_ids=[tk.EOS_ID])
-    else:
-        out = decode.generate(model, ids, max_tokens, "sol", policy=policy, target=budget, greedy_policy=False,
-                              generator=torch.Generator().manual_seed(seed), stop_ids=[tk.EOS_ID])
+    ids, facts = prompt_and_facts(tok, model, doc.analysis, top.step, kind, None, max_tokens)
+    out = decoder.decode(ids, max_tokens, seed)
     raw = tk.decode(tok, out.tokens)
     grounding = check(raw, facts)
     return Proposal(top.step.id, dict(top.step.args), top.label, grounding.text, raw, len(grounding.dropped),
                     grounding.total, len(out.tokens), out.tokens_per_s, out.flops_per_token, out.flops_dense,
-                    out.net_keep, budget, runtime, precision, providers, out.stopped)
+                    out.net_keep, budget, runtime, precision, decoder.providers, out.stopped)
 
 
 def report(p: Proposal) -> str:

@@ -33,6 +33,19 @@ TARGETS = (*BUILD_TARGETS, "rpc")
 #: fine-tuned by the user (docs/model.md, "The larger tier").
 MODEL_TIERS = {"embedded": "model", "smollm2": "smollm2"}
 
+#: ``model.sol.runtime``: where the MLPs of the SOL decoding run
+#: (``leir_models.sol``): eager torch, or ONNX Runtime (its graphs exported
+#: once into a cache, about 20 s for the embedded model).
+SOL_RUNTIMES = ("torch", "onnx")
+#: ``model.sol.precision``: the ONNX MLPs' weights; int8 needs "onnx".
+SOL_PRECISIONS = ("fp32", "int8")
+#: ``model.sol.budget`` by default: the SOL policy's net keep target for
+#: the reasoning the model writes. At 0.5 the shipped model's held-out
+#: perplexity moves by 0.1% and a decoded token costs about a quarter
+#: fewer FLOPs (docs/sol.md, "The shipped policy"); in the worker it took
+#: as long as dense decoding, within the noise (docs/sol.md, "In the server").
+SOL_BUDGET = 0.5
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -54,6 +67,13 @@ class Settings:
     #: Which local model (``MODEL_TIERS``): the embedded one by default, the
     #: larger SmolLM2 one where the user has fine-tuned it.
     model_tier: str = "embedded"
+    #: The SOL policy's budget (net keep target, in (0, 1]) for the reasoning
+    #: the model worker decodes; None: dense decoding. The ranking is dense
+    #: either way.
+    model_sol_budget: float | None = SOL_BUDGET
+    #: Where that decoding's MLPs run (``SOL_RUNTIMES``) and at which precision (``SOL_PRECISIONS``).
+    model_sol_runtime: str = "torch"
+    model_sol_precision: str = "fp32"
     #: Publish the top suggestions on save as Hint diagnostics, for editors
     #: without a code-action menu.
     suggestions_on_save: bool = False
@@ -97,12 +117,29 @@ class Settings:
         take("measurementBudget", "measurement_budget", int, lambda v: MIN_BUDGET <= v <= 10_000,
              f"expected a whole number from {MIN_BUDGET} to 10000: the start, a candidate and its paired confirmation")
         model = data.get("model")
-        if isinstance(model, dict):  # nested form {"model": {"enabled": ..., "tier": ...}}
+        if isinstance(model, dict):  # nested form {"model": {"enabled": ..., "tier": ..., "sol": {...}}}
             for key, flat in (("enabled", "modelEnabled"), ("tier", "modelTier")):
                 if key in model:
                     data = {**data, flat: model.get(key)}
+            sol = model.get("sol")
+            if isinstance(sol, dict):
+                for key, flat in (("budget", "modelSolBudget"), ("runtime", "modelSolRuntime"),
+                                  ("precision", "modelSolPrecision")):
+                    if key in sol:
+                        data = {**data, flat: sol.get(key)}
         take("modelEnabled", "model_enabled", bool)
         take("modelTier", "model_tier", str, lambda v: v in MODEL_TIERS, f"expected one of {', '.join(MODEL_TIERS)}")
+        if "modelSolBudget" in data and data["modelSolBudget"] is None:
+            values["model_sol_budget"] = None  # null turns SOL off: unlike other keys, not "the default"
+        take("modelSolBudget", "model_sol_budget", (int, float), lambda v: not isinstance(v, bool) and 0 < v <= 1,
+             "expected a net keep in (0, 1], or null for dense decoding")
+        take("modelSolRuntime", "model_sol_runtime", str, lambda v: v in SOL_RUNTIMES,
+             f"expected one of {', '.join(SOL_RUNTIMES)}")
+        take("modelSolPrecision", "model_sol_precision", str, lambda v: v in SOL_PRECISIONS,
+             f"expected one of {', '.join(SOL_PRECISIONS)}")
+        if values.get("model_sol_precision", "fp32") != "fp32" and values.get("model_sol_runtime", "torch") == "torch":
+            problems.append(f"{CONFIG_SECTION}.modelSolPrecision: ignored {values.pop('model_sol_precision')!r} "
+                            "(int8 needs modelSolRuntime onnx: the torch runtime is fp32)")
         take("suggestionsOnSave", "suggestions_on_save", bool)
         take("memoryBudgetMB", "memory_budget_mb", (int, float), lambda v: not isinstance(v, bool) and 1 <= v <= 10**7,
              "expected a number of megabytes from 1 to 10000000")
@@ -116,6 +153,14 @@ class Settings:
     def model_ranker(self) -> str:
         """The ranker the model worker loads for ``model_tier``."""
         return MODEL_TIERS[self.model_tier]
+
+    @property
+    def model_sol(self) -> tuple[float, str, str] | None:
+        """(budget, runtime, precision) of the model worker's SOL decoding;
+        None: dense (then runtime and precision do not matter)."""
+        if self.model_sol_budget is None:
+            return None
+        return float(self.model_sol_budget), self.model_sol_runtime, self.model_sol_precision
 
     @property
     def measure_target(self):
