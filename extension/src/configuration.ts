@@ -16,6 +16,17 @@ export type Target = "llvm" | "cuda" | "rpc";
 /** `leir.model.tier`: the embedded model, or the larger SmolLM2 one. */
 export type ModelTier = "embedded" | "smollm2";
 
+/** `leir.model.sol.runtime` and `.precision`: where the SOL decoding's MLPs run, and their weights. */
+export type SolRuntime = "torch" | "onnx";
+export type SolPrecision = "fp32" | "int8";
+
+/** `leir.model.sol`: the reasoning the model writes, decoded under the SOL policy at `budget` (null: densely). */
+export interface SolConfiguration {
+  budget: number | null;
+  runtime: SolRuntime;
+  precision: SolPrecision;
+}
+
 /** The contract's keys, as the server accepts them. */
 export interface ServerConfiguration {
   target: Target;
@@ -25,7 +36,7 @@ export interface ServerConfiguration {
   measurementBudget: number;
   /** MB a program may need to be verified, run or measured; null: the server's default (LEIR_MEMORY_BUDGET_MB or 1000). */
   memoryBudgetMB: number | null;
-  model: { enabled: boolean; tier: ModelTier };
+  model: { enabled: boolean; tier: ModelTier; sol: SolConfiguration };
   modelEnabled: boolean;
   modelTier: ModelTier;
   suggestionsOnSave: boolean;
@@ -41,7 +52,7 @@ export const DEFAULTS: ServerConfiguration = {
   autoMeasure: false,
   measurementBudget: 24,
   memoryBudgetMB: null,
-  model: { enabled: true, tier: "embedded" },
+  model: { enabled: true, tier: "embedded", sol: { budget: 0.5, runtime: "torch", precision: "fp32" } },
   modelEnabled: true,
   modelTier: "embedded",
   suggestionsOnSave: false,
@@ -49,6 +60,8 @@ export const DEFAULTS: ServerConfiguration = {
 
 const TARGETS: readonly string[] = ["llvm", "cuda", "rpc"];
 const MODEL_TIERS: readonly string[] = ["embedded", "smollm2"];
+const SOL_RUNTIMES: readonly string[] = ["torch", "onnx"];
+const SOL_PRECISIONS: readonly string[] = ["fp32", "int8"];
 
 /**
  * The section to send. A value of the wrong type falls back to the default
@@ -78,10 +91,29 @@ export function serverConfiguration(get: ConfigGetter): ServerConfiguration {
     autoMeasure: bool("autoMeasure", DEFAULTS.autoMeasure),
     measurementBudget: Number.isInteger(budget) ? (budget as number) : DEFAULTS.measurementBudget,
     memoryBudgetMB: typeof memory === "number" && memory >= 1 ? memory : DEFAULTS.memoryBudgetMB,
-    model: { enabled: modelEnabled, tier: modelTier },
+    model: { enabled: modelEnabled, tier: modelTier, sol: solConfiguration(get) },
     modelEnabled,
     modelTier,
     suggestionsOnSave: bool("suggestionsOnSave", DEFAULTS.suggestionsOnSave),
+  };
+}
+
+/**
+ * `leir.model.sol.*`. A budget of `null` is sent as it is: it turns SOL off
+ * (dense decoding). A budget outside (0, 1] is passed through for the server
+ * to name and ignore; one that is not a number, the default.
+ */
+function solConfiguration(get: ConfigGetter): SolConfiguration {
+  const defaults = DEFAULTS.model.sol;
+  const budget = get("model.sol.budget");
+  const runtime = get("model.sol.runtime");
+  const precision = get("model.sol.precision");
+  return {
+    budget: budget === null || typeof budget === "number" ? budget : defaults.budget,
+    runtime: (typeof runtime === "string" && SOL_RUNTIMES.includes(runtime) ? runtime : defaults.runtime) as SolRuntime,
+    precision: (typeof precision === "string" && SOL_PRECISIONS.includes(precision)
+      ? precision
+      : defaults.precision) as SolPrecision,
   };
 }
 

@@ -15,9 +15,14 @@ export interface StatusNotification {
   uri?: string;
 }
 
-/** `leir/ranker` from the server: what ranks the suggestions ("heuristic", or the local model's name), sent once the model worker knows. */
+/**
+ * `leir/ranker` from the server: what ranks the suggestions ("heuristic", or the local model's name), sent once the
+ * model worker knows; `reasoning` says how the model's reasoning is decoded ("reasoning decoded with SOL at budget 0.5
+ * (net keep 0.53, torch (cpu))", or "reasoning decoded densely (...)"), sent again when the net keep it reached changes.
+ */
 export interface RankerNotification {
   ranker: string;
+  reasoning?: string;
 }
 
 export type ServerState = "starting" | "running" | "stopped" | "failed";
@@ -35,6 +40,8 @@ export interface StatusState {
   failure?: string;
   /** What ranks the suggestions, once the server has said (kept until it says otherwise). */
   ranker?: string;
+  /** How that ranker's reasoning is decoded, when it said. */
+  rankerReasoning?: string;
 }
 
 export function initialState(trusted: boolean): StatusState {
@@ -61,7 +68,12 @@ export function reduce(state: StatusState, event: StatusEvent): StatusState {
       return { ...state, trusted: event.trusted };
     case "ranker":
       return typeof event.ranker.ranker === "string" && event.ranker.ranker
-        ? { ...state, ranker: event.ranker.ranker }
+        ? {
+            ...state,
+            ranker: event.ranker.ranker,
+            // Each notification says it whole: one without `reasoning` (a ranker that writes none) clears it.
+            rankerReasoning: typeof event.ranker.reasoning === "string" ? event.ranker.reasoning : undefined,
+          }
         : state;
     case "status": {
       const s = event.status;
@@ -133,18 +145,19 @@ export function render(state: StatusState): StatusView {
       (state.lastLatencyMs !== undefined
         ? `Last measured kernel: ${formatLatency(state.lastLatencyMs)} (median)${state.lastUri ? ` — ${state.lastUri}` : ""}. `
         : "No kernel measured yet. ") +
-      rankerText(state.ranker) +
+      rankerText(state.ranker, state.rankerReasoning) +
       "Click to change the target (leir.target).",
     command: "openSettings",
   };
 }
 
-/** The tooltip's sentence on what ranks the suggestions ("" before the server has said). */
-export function rankerText(ranker: string | undefined): string {
+/** The tooltip's sentence on what ranks the suggestions, and how its reasoning is decoded ("" before the server has said). */
+export function rankerText(ranker: string | undefined, reasoning?: string): string {
   if (!ranker) {
     return "";
   }
-  return ranker === "heuristic"
-    ? "Suggestions ranked by the heuristic (no local model loaded). "
-    : `Suggestions ranked by the local model (${ranker}). `;
+  if (ranker === "heuristic") {
+    return "Suggestions ranked by the heuristic (no local model loaded). ";
+  }
+  return `Suggestions ranked by the local model (${ranker})${reasoning ? `, ${reasoning}` : ""}. `;
 }

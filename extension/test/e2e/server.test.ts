@@ -165,7 +165,7 @@ describe("leir-lsp over stdio, as the extension drives it", () => {
       autoMeasure: false,
       measurementBudget: 4,
       memoryBudgetMB: null,
-      model: { enabled: false, tier: "embedded" },
+      model: { enabled: false, tier: "embedded", sol: { budget: 0.5, runtime: "torch", precision: "fp32" } },
       modelEnabled: false,
       modelTier: "embedded",
       suggestionsOnSave: false,
@@ -295,6 +295,9 @@ describe("the client's settings and the server's Settings", () => {
       memory_budget_mb: DEFAULTS.memoryBudgetMB,
       model_enabled: DEFAULTS.modelEnabled,
       model_tier: DEFAULTS.modelTier,
+      model_sol_budget: DEFAULTS.model.sol.budget,
+      model_sol_runtime: DEFAULTS.model.sol.runtime,
+      model_sol_precision: DEFAULTS.model.sol.precision,
       suggestions_on_save: DEFAULTS.suggestionsOnSave,
     });
   });
@@ -311,6 +314,9 @@ describe("the client's settings and the server's Settings", () => {
           memoryBudgetMB: 2500,
           "model.enabled": false,
           "model.tier": "smollm2",
+          "model.sol.budget": 0.7,
+          "model.sol.runtime": "onnx",
+          "model.sol.precision": "int8",
           suggestionsOnSave: true,
         })[key],
     );
@@ -325,6 +331,9 @@ describe("the client's settings and the server's Settings", () => {
       memory_budget_mb: 2500,
       model_enabled: false,
       model_tier: "smollm2",
+      model_sol_budget: 0.7,
+      model_sol_runtime: "onnx",
+      model_sol_precision: "int8",
       suggestions_on_save: true,
     });
   });

@@ -24,6 +24,9 @@ describe("serverConfiguration", () => {
         memoryBudgetMB: 2500,
         "model.enabled": false,
         "model.tier": "smollm2",
+        "model.sol.budget": 0.7,
+        "model.sol.runtime": "onnx",
+        "model.sol.precision": "int8",
         suggestionsOnSave: true,
       }),
     );
@@ -34,11 +37,17 @@ describe("serverConfiguration", () => {
       autoMeasure: true,
       measurementBudget: 64,
       memoryBudgetMB: 2500,
-      model: { enabled: false, tier: "smollm2" },
+      model: { enabled: false, tier: "smollm2", sol: { budget: 0.7, runtime: "onnx", precision: "int8" } },
       modelEnabled: false,
       modelTier: "smollm2",
       suggestionsOnSave: true,
     });
+  });
+
+  it("sends a null SOL budget as null (dense decoding), not as the default", () => {
+    const config = serverConfiguration(getter({ "model.sol.budget": null }));
+    assert.deepEqual(config.model.sol, { budget: null, runtime: "torch", precision: "fp32" });
+    assert.deepEqual(serverConfiguration(getter({})).model.sol, { budget: 0.5, runtime: "torch", precision: "fp32" });
   });
 
   it("never sends client-only settings", () => {
@@ -55,6 +64,9 @@ describe("serverConfiguration", () => {
         "model.enabled": 0,
         rpcKey: 7,
         "model.tier": "huge",
+        "model.sol.budget": "half",
+        "model.sol.runtime": "tensorrt",
+        "model.sol.precision": 8,
       }),
     );
     assert.equal(config.target, "llvm");
@@ -62,7 +74,7 @@ describe("serverConfiguration", () => {
     assert.equal(config.autoMeasure, false);
     assert.equal(config.modelEnabled, true);
     assert.equal(config.modelTier, "embedded");
-    assert.deepEqual(config.model, { enabled: true, tier: "embedded" });
+    assert.deepEqual(config.model, { enabled: true, tier: "embedded", sol: DEFAULTS.model.sol });
     assert.equal(config.rpcKey, "");
   });
 });

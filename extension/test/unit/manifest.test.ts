@@ -46,6 +46,9 @@ describe("package.json", () => {
       ...DEFAULTS,
       "model.enabled": DEFAULTS.model.enabled,
       "model.tier": DEFAULTS.model.tier,
+      "model.sol.budget": DEFAULTS.model.sol.budget,
+      "model.sol.runtime": DEFAULTS.model.sol.runtime,
+      "model.sol.precision": DEFAULTS.model.sol.precision,
     };
     delete flat.model;
     delete flat.modelEnabled;

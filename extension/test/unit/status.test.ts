@@ -56,6 +56,26 @@ describe("status bar", () => {
     assert.match(render(s).tooltip, /Suggestions ranked by the local model \(model\)/);
   });
 
+  it("says how the model's reasoning is decoded, as the latest notification says it", () => {
+    let s = reduce(running(), { kind: "status", status: { target: "llvm", device: "cpu", measuring: false } });
+    s = reduce(s, {
+      kind: "ranker",
+      ranker: { ranker: "model", reasoning: "reasoning decoded with SOL at budget 0.5 (torch (cpu))" },
+    });
+    assert.match(
+      render(s).tooltip,
+      /Suggestions ranked by the local model \(model\), reasoning decoded with SOL at budget 0\.5 \(torch \(cpu\)\)\. /,
+    );
+    s = reduce(s, {
+      kind: "ranker",
+      ranker: { ranker: "model", reasoning: "reasoning decoded with SOL at budget 0.5 (net keep 0.54, torch (cpu))" },
+    });
+    assert.match(render(s).tooltip, /net keep 0\.54/);
+    s = reduce(s, { kind: "ranker", ranker: { ranker: "reversed" } }); // a ranker that says nothing of its reasoning
+    assert.equal(s.rankerReasoning, undefined);
+    assert.match(render(s).tooltip, /Suggestions ranked by the local model \(reversed\)\. /);
+  });
+
   it("stops spinning when the server stops", () => {
     let s = reduce(running(), { kind: "status", status: { target: "llvm", device: "cpu", measuring: true } });
     s = reduce(s, { kind: "server", state: "stopped" });
