@@ -56,6 +56,18 @@ def test_dense_decode_is_the_plain_models_greedy_decode(loaded, plain):
     assert out.flops_per_token == out.flops_dense > 0 and out.tokens_per_s > 0
 
 
+def test_tokens_never_to_be_chosen_are_not(loaded, plain):
+    model, seqs, _ = loaded
+    prompt = seqs[0][:40]
+    free = decode.generate(model, prompt, 12, "dense", stop_ids=[])
+    banned = sorted(set(free.tokens))[:2]  # tokens greedy decoding does choose here
+    out = decode.generate(model, prompt, 12, "dense", stop_ids=[], never_ids=banned)
+    assert out.tokens and not set(out.tokens) & set(banned)
+    # Up to the first banned token it is the same greedy decoding.
+    first = min(free.tokens.index(t) for t in banned)
+    assert out.tokens[:first] == free.tokens[:first]
+
+
 def test_reordered_and_sliceable_model_keeps_the_dense_logits(loaded, plain):
     model, seqs, _ = loaded
     ids = torch.tensor([seqs[1][:50]])

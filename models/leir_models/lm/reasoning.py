@@ -41,8 +41,9 @@ from leir_models.lm.data import candidate_text, prompt_text, state_of_analysis
 #: 285 tokens, its mean 124 (docs/model.md).
 MAX_TOKENS = 320
 
-#: Special tokens reasoning never contains.
-_NEVER = (tk.PAD_ID, tk.BOS_ID, tk.STEP_ID, tk.REASON_ID)
+#: Special tokens reasoning never contains (never chosen when it is decoded,
+#: here and by ``leir_models.sol``).
+NEVER = (tk.PAD_ID, tk.BOS_ID, tk.STEP_ID, tk.REASON_ID)
 
 
 @dataclass
@@ -99,7 +100,7 @@ def decode_greedy(model, prompt_ids: list[int], max_tokens: int = MAX_TOKENS) ->
         stopped = "max_tokens"
         while len(out) < max_tokens:
             logits = step.logits[0, -1].float()
-            logits[list(_NEVER)] = -math.inf
+            logits[list(NEVER)] = -math.inf
             nxt = int(logits.argmax())
             if nxt == tk.EOS_ID:
                 stopped = "eos"

@@ -240,14 +240,17 @@ class Decoded:
 
 def generate(model, prompt_ids: Sequence[int], max_tokens: int, mode: str = "dense", *, policy: SolPolicy | None = None,
              action: int = 0, target: float = 1.0, greedy_policy: bool = True, generator: torch.Generator | None = None,
-             stop_ids: Sequence[int] | None = None, attention_keep: attention.AttentionKeep | None = None) -> Decoded:
+             stop_ids: Sequence[int] | None = None, attention_keep: attention.AttentionKeep | None = None,
+             never_ids: Sequence[int] = ()) -> Decoded:
     """Greedy decoding of ``prompt_ids`` for at most ``max_tokens`` tokens on a
     ``prepare``\\ d model. ``mode``: ``"dense"``, ``"static"`` (``action`` for
     every pass) or ``"sol"`` (``policy`` at budget ``target``; its own action
     greedy unless ``greedy_policy`` is False): the MLP keep. ``attention_keep``
     (any mode): the attention keep of every single-token pass (the model is
     ``attention.install``\\ ed; the prefill stays dense). Stops at a token of
-    ``stop_ids`` (default: the model's eos) or at the context's end."""
+    ``stop_ids`` (default: the model's eos) or at the context's end. The
+    tokens of ``never_ids`` are never chosen (reasoning's: the special
+    tokens it never contains, as ``lm.reasoning.decode_greedy`` masks them)."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r} is not one of {MODES}")
     if mode == "sol" and policy is None:
@@ -269,7 +272,11 @@ def generate(model, prompt_ids: Sequence[int], max_tokens: int, mode: str = "den
     prefill_seconds = time.perf_counter() - start
     hidden, logits, cache, length = state.hidden, state.logits, state.cache, state.length
     stopped = "max_tokens"
+    never = list(never_ids)
     while len(out) < max_tokens:
+        if never:
+            logits = logits.clone()
+            logits[..., never] = -float("inf")
         token = int(logits.argmax())
         if token in stops:
             stopped = "eos"

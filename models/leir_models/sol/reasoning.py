@@ -105,13 +105,14 @@ class Decoder:
         import torch
 
         from leir_models.lm import tokenizer as tk
+        from leir_models.lm.reasoning import NEVER
         from leir_models.sol import decode
 
         if self.policy is None:
-            return decode.generate(self.model, ids, max_tokens, "dense", stop_ids=[tk.EOS_ID])
+            return decode.generate(self.model, ids, max_tokens, "dense", stop_ids=[tk.EOS_ID], never_ids=NEVER)
         return decode.generate(self.model, ids, max_tokens, "sol", policy=self.policy, target=self.budget,
                                greedy_policy=False, generator=torch.Generator().manual_seed(seed),
-                               stop_ids=[tk.EOS_ID])
+                               stop_ids=[tk.EOS_ID], never_ids=NEVER)
 
     @property
     def where(self) -> str:
