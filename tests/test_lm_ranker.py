@@ -54,6 +54,48 @@ def test_every_legal_candidate_gets_one_finite_score(ranker, name):
     assert ranker.score(None, [], "llvm") == []
 
 
+class Backwards(ModelRanker):
+    """The real model's class with its likelihoods replaced: the later a step
+    is in the list it is given, the likelier; records what it was asked."""
+
+    def __init__(self, shortlist):
+        super().__init__(None, None, shortlist=shortlist)
+        self.asked = []
+
+    def logprobs_of(self, analysis, steps, target):
+        self.asked.append(list(steps))
+        return [float(n) for n in range(len(steps))]
+
+
+def test_the_shortlist_lets_the_model_order_the_heuristics_first_steps_only():
+    from leir.transforms.base import Context
+
+    analysis = load_leir(UNSEEN["softmax 16x10 (tests/programs.py)"]).analysis
+    heuristic = rank(analysis)
+    steps = [r.step for r in heuristic]
+    backwards = Backwards(shortlist=3)
+    scores = [s for s, _ in backwards.score(Context.of(analysis), steps, "llvm")]
+    (asked,) = backwards.asked
+    assert asked == steps[:3]  # the model read the heuristic's first three only
+    order = sorted(range(len(steps)), key=lambda i: -scores[i])
+    assert order[:3] == [2, 1, 0]  # in the model's order, above all others
+    assert order[3:] == sorted(range(3, len(steps)), key=lambda i: -heuristic[i].score)  # the heuristic's below
+    assert all(scores[i] == heuristic[i].score for i in range(3, len(steps)))
+    facts = backwards.score(Context.of(analysis), steps, "llvm")[2][1]
+    assert "heuristic's first 3" in facts[0]
+    # Without a shortlist the model orders every step.
+    alone = Backwards(shortlist=None)
+    alone_scores = [s for s, _ in alone.score(Context.of(analysis), steps, "llvm")]
+    assert alone.asked == [steps] and max(range(len(steps)), key=lambda i: alone_scores[i]) == len(steps) - 1
+
+
+def test_the_installed_rankers_use_the_shortlist(lm_model_dir, monkeypatch):
+    from leir_models.lm.ranker import SHORTLIST
+
+    monkeypatch.setenv("LEIR_MODEL_DIR", str(lm_model_dir))
+    assert load_ranker("model").shortlist == SHORTLIST
+
+
 def test_the_batched_scores_are_the_whole_sequences_likelihoods(ranker):
     analysis = load_leir(UNSEEN["softmax 16x10 (tests/programs.py)"]).analysis
     steps = [r.step for r in rank(analysis)][:7]
@@ -129,7 +171,10 @@ def test_leir_suggest_ranks_with_the_model_or_says_why_not(lm_model_dir, tmp_pat
     monkeypatch.setenv("LEIR_MODEL_DIR", str(lm_model_dir))
     assert main(["suggest", str(program), "--ranker", "model", "--top", "5", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert len(rows) == 5 and all(r["source"] == "model" and "probability" in r["reasoning"] for r in rows)
+    assert len(rows) == 5 and all(r["source"] == "model" for r in rows)
+    # The model orders the heuristic's first three (ranker.SHORTLIST); the rest keep the heuristic's reasons.
+    assert all("probability of the heuristic's first 3" in r["reasoning"] for r in rows[:3])
+    assert not any("probability" in r["reasoning"] for r in rows[3:])
     assert [r["score"] for r in rows] == sorted((r["score"] for r in rows), reverse=True)
     assert set(rows[0]) == {"id", "args", "title", "score", "source", "reasoning"}
 

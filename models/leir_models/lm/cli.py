@@ -134,13 +134,15 @@ def _run(args) -> int:
     if args.cmd == "evaluate":
         from leir_models.lm.data import load_states
         from leir_models.lm.evaluate import HeuristicAll, evaluate, report
-        from leir_models.lm.ranker import ModelRanker, default_dir
+        from leir_models.lm.ranker import SHORTLIST, ModelRanker, default_dir
 
         states, _ = load_states(args.data)
         if args.split != "all":
             states = [s for s in states if s.split == args.split]
-        figures = evaluate({"model": ModelRanker.load(args.model or default_dir()), "heuristic": HeuristicAll()},
-                           states)
+        alone = ModelRanker.load(args.model or default_dir())
+        shortlisted = ModelRanker(alone.model, alone.tokenizer, shortlist=SHORTLIST)  # what the entry points give
+        figures = evaluate({"model": alone, f"model on the heuristic's first {SHORTLIST}": shortlisted,
+                            "heuristic": HeuristicAll()}, states)
         print(json.dumps(figures, indent=1) if args.json else report(figures))
         return 0
     if args.cmd == "reasoning":
