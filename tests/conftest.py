@@ -28,7 +28,9 @@ def no_shipped_model(_no_model_dir, monkeypatch):
     torch for one; a test of the model sets its own directory (or removes
     the variable, for the shipped one). The same holds for the larger tier
     (``LEIR_SMOLLM2_DIR``, ``LEIR_SMOLLM2_MODEL_DIR``): a user's imported or
-    fine-tuned SmolLM2 in ~/.cache/leir is never seen."""
+    fine-tuned SmolLM2 in ~/.cache/leir is never seen, nor a user's
+    ``LEIR_MODEL_SHORTLIST``."""
+    monkeypatch.delenv("LEIR_MODEL_SHORTLIST", raising=False)
     monkeypatch.setenv("LEIR_MODEL_DIR", str(_no_model_dir))
     monkeypatch.setenv("LEIR_SMOLLM2_DIR", str(_no_model_dir))
     monkeypatch.setenv("LEIR_SMOLLM2_MODEL_DIR", str(_no_model_dir))

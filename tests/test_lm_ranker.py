@@ -89,11 +89,19 @@ def test_the_shortlist_lets_the_model_order_the_heuristics_first_steps_only():
     assert alone.asked == [steps] and max(range(len(steps)), key=lambda i: alone_scores[i]) == len(steps) - 1
 
 
-def test_the_installed_rankers_use_the_shortlist(lm_model_dir, monkeypatch):
+def test_the_installed_rankers_use_the_shortlist(lm_model_dir, monkeypatch, caplog):
     from leir_models.lm.ranker import SHORTLIST
 
     monkeypatch.setenv("LEIR_MODEL_DIR", str(lm_model_dir))
     assert load_ranker("model").shortlist == SHORTLIST
+    monkeypatch.setenv("LEIR_MODEL_SHORTLIST", "5")
+    assert load_ranker("model").shortlist == 5
+    monkeypatch.setenv("LEIR_MODEL_SHORTLIST", "0")
+    assert load_ranker("model").shortlist is None  # the model orders every step
+    monkeypatch.setenv("LEIR_MODEL_SHORTLIST", "three")
+    with caplog.at_level(logging.WARNING):
+        assert load_ranker("model") is HEURISTIC
+    assert "LEIR_MODEL_SHORTLIST" in caplog.text
 
 
 def test_the_batched_scores_are_the_whole_sequences_likelihoods(ranker):

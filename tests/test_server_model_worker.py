@@ -135,6 +135,7 @@ def test_without_a_model_the_worker_stops_and_never_restarts():
 def model_installed(lm_model_dir, monkeypatch):
     """The tiny trained model as the installed one, for a server started after this fixture."""
     monkeypatch.setenv("LEIR_MODEL_DIR", str(lm_model_dir))
+    monkeypatch.setenv("LEIR_MODEL_SHORTLIST", "0")  # the model orders every step (ranker.shortlist)
     return lm_model_dir
 
 
@@ -161,6 +162,8 @@ async def test_code_actions_follow_the_model_once_it_has_ranked_the_version(mode
 
     text, cursor = marked(TRANSPOSE.replace("L^{32}_{i}", "L^{32}_{$0i}"))
     offset = SourceText(text).offset_utf16(cursor.line, cursor.character)
+    # The model orders every step (model_installed sets LEIR_MODEL_SHORTLIST=0): with the default
+    # shortlist the tiny model keeps the heuristic's first three in their order here.
     model = [s.step.to_json() for s in suggest(text, "leir", offset, ranker=ModelRanker.load(model_installed),
                                                limit=40)]
     heuristic = [s.step.to_json() for s in suggest(text, "leir", offset, limit=40)]

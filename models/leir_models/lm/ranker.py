@@ -48,8 +48,22 @@ from leir_models.lm.store import default_dir, load_model, missing_files, smollm2
 #: Tree nodes (candidate tokens, shared prefixes once) per forward pass after the prompt's.
 CHUNK_NODES = 2048
 #: How many of the heuristic's first steps the shipped rankers let the model
-#: order (module docstring, "Shortlist").
+#: order (module docstring, "Shortlist"); ``$LEIR_MODEL_SHORTLIST`` overrides
+#: it, 0 letting the model order every step.
 SHORTLIST = 3
+
+
+def shortlist() -> int | None:
+    """The installed rankers' shortlist: ``$LEIR_MODEL_SHORTLIST`` or
+    ``SHORTLIST``; None (the model orders everything) for 0."""
+    import os
+
+    raw = os.environ.get("LEIR_MODEL_SHORTLIST", "").strip()
+    if not raw:
+        return SHORTLIST
+    if not raw.isdigit():
+        raise ValueError(f"LEIR_MODEL_SHORTLIST is a count of steps (0: the model orders them all), not {raw!r}")
+    return int(raw) or None
 
 
 def logprobs_full(model, prompt_ids: list[int], conts: Sequence[list[int]]) -> list[float]:
@@ -245,8 +259,8 @@ class ModelRanker:
 
 def load_default() -> ModelRanker:
     """The shipped model (``$LEIR_MODEL_DIR`` overrides), ordering the
-    heuristic's first ``SHORTLIST`` steps; raises when it is missing."""
-    return ModelRanker.load(default_dir(), shortlist=SHORTLIST)
+    heuristic's first ``shortlist()`` steps; raises when it is missing."""
+    return ModelRanker.load(default_dir(), shortlist=shortlist())
 
 
 def _missing() -> str | None:
@@ -263,7 +277,7 @@ load_default.missing = _missing
 def load_smollm2() -> ModelRanker:
     """The larger tier: the fine-tuned SmolLM2 in ``store.smollm2_model_dir()``,
     named "smollm2"; raises when it is missing."""
-    return ModelRanker.load(smollm2_model_dir(), name="smollm2", shortlist=SHORTLIST)
+    return ModelRanker.load(smollm2_model_dir(), name="smollm2", shortlist=shortlist())
 
 
 def _smollm2_missing() -> str | None:
