@@ -525,15 +525,15 @@ def _ms_save(store: str, name: str, budget: int, analysis, func, row: dict) -> N
     figures, written beside and renamed into place."""
     import tvm
 
+    from leir.files import write_atomic
+
     path = _ms_path(store, name, budget)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"key": _ms_key(name, budget, analysis), "records": row.get("records"),
                "search_s": row.get("search_s"), "loads": row.get("loads"),
                "tuned": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                "commit": _commit(), "func": tvm.ir.save_json(func)}
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(payload) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_atomic(path, json.dumps(payload) + "\n")
 
 
 def _ms_load(store: str, name: str, budget: int, analysis):
