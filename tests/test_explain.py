@@ -234,6 +234,21 @@ def test_parallelizing_a_short_inner_loop_that_measured_slower_gives_the_causes(
     assert last.startswith("Facts the analysis finds") and "only 4 iterations" in last and "1000 times" in last
 
 
+@pytest.mark.parametrize("measured", [(10.0, 4.0), (4.0, 10.0), (1.0, 1.01)])
+def test_unmeasured_cuts_a_stored_reasoning_back_to_the_reasoning_before_measuring(measured):
+    """The faster, slower (with its costs) and noise endings all go; what is
+    left is the text of the same step's reasoning written unmeasured."""
+    from leir.explain import unmeasured
+
+    step = Step("tile", {"block": "C", "loops": ["i", "j"], "sizes": [8, 8]})
+    before = step_reasoning(analysis(MATMUL), analysis(MATMUL_TILED), step, machine=MACHINE)
+    after = step_reasoning(analysis(MATMUL), analysis(MATMUL_TILED), step, measured=measured, machine=MACHINE)
+    assert after.text != before.text and "Latency measured" in after.text
+    assert unmeasured(after.text) == before.text
+    assert unmeasured(before.text) == before.text
+    assert unmeasured("Latency measured on llvm: 1 ms → 2 ms, 2.00x slower.") == ""
+
+
 def test_vectorize_compares_the_vector_with_the_machines():
     before = "L^{64}_{i}\n  L^{8}_{j} [\n    Y_{i,j} = X_{i,j}*2.0 + B_{i};\n  ];\n"
     after = before.replace("L^{8}_{j}", "V^{8}_{j}")

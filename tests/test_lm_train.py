@@ -141,3 +141,46 @@ def test_the_kept_step_is_the_best_of_the_chosen_validation_figure(lm_data, tmp_
     assert ("best validation ranking loss" in card) == (select == "rank")
     with pytest.raises(ValueError, match="select 'nope'"):
         train(cfg.with_(select="nope"), lm_data, tmp_path / "nope", log=lambda line: None)
+
+
+def test_other_candidates_reasoning_is_a_target_but_never_their_step(lm_data, trained: Path):
+    """``reasoning_branches``: the reasoning of that many other candidates
+    of a state becomes a language-model target after their step, their step
+    tokens never do; the ranking reads the same step tokens as without; the
+    choice is the same on every call; ``reasoning_measured=False`` writes
+    the reasoning without its measured sentences."""
+    from leir.explain import unmeasured
+    from leir_models.lm import tokenizer as tk
+    from leir_models.lm.config import TRAIN
+    from leir_models.lm.data import load_states
+    from leir_models.lm.train import reasoning_branches, state_sequence
+
+    _, tok = load_model(trained)
+    states = [s for s in load_states(lm_data)[0] if s.split == "train"]
+    st = next(s for s in states if s.positive(TRAIN.min_speedup) is not None
+              and sum(c is not s.positive(TRAIN.min_speedup) and "Latency measured" in c.reasoning
+                      for c in s.candidates) >= 2)
+    positive = st.positive(TRAIN.min_speedup)
+    cfg = TRAIN.with_(reasoning_branches=1, reasoning_measured=False)
+    chosen = reasoning_branches(st, positive, cfg)
+    assert len(chosen) == 1 and st.candidates.index(positive) not in chosen
+    assert chosen == reasoning_branches(st, positive, cfg)  # the same state, the same branch
+    assert reasoning_branches(st, positive, cfg.with_(reasoning_branches=99)) == frozenset(
+        k for k, c in enumerate(st.candidates) if c is not positive)
+    assert reasoning_branches(st, positive, TRAIN) == frozenset()
+
+    plain, more = state_sequence(st, tok, TRAIN), state_sequence(st, tok, cfg)
+    # Ranking targets: the same step tokens of the same candidates.
+    step_targets = lambda seq: sorted((k, token) for _, token, _, k in seq["targets"] if k >= 0)  # noqa: E731
+    assert step_targets(plain) == step_targets(more)
+    (k,) = chosen
+    branch = [(lm, token, cand) for (_, token, lm, cand), b in zip(more["targets"][more["prompt"] - 1:],
+                                                                 more["branch"][more["prompt"]:]) if b == k]
+    assert all(not lm for lm, _, cand in branch if cand == k)  # its step: never an LM target
+    written = [token for lm, token, cand in branch if lm]
+    assert written and all(cand == -1 for lm, _, cand in branch if lm)
+    c = st.candidates[k]
+    assert tk.decode(tok, written[:-1]) == unmeasured(c.reasoning) != c.reasoning
+    assert written[-1] == tk.EOS_ID
+    assert not any(lm for (_, _, lm, _), b in zip(plain["targets"][plain["prompt"] - 1:],
+                                                   plain["branch"][plain["prompt"]:]) if b == k)

@@ -129,13 +129,13 @@ def test_without_a_policy_beside_the_model_the_reasoning_is_dense_and_says_why(l
 
 
 def test_when_onnx_runtime_does_not_load_the_reasoning_is_dense_and_says_why(shipped, monkeypatch):
-    from leir_models.sol import ort_runtime
+    from leir_models.sol import ort_step
     from leir_models.sol.reasoning import with_sol
 
     def broken(*args, **kwargs):
         raise ImportError("libonnxruntime.so: cannot open shared object file")
 
-    monkeypatch.setattr(ort_runtime, "install", broken)
+    monkeypatch.setattr(ort_step, "load", broken)
     found = with_sol(shipped, 0.5, "onnx", "int8")
     said = found.decoding()
     assert said["mode"] == "dense" and found.reasoning_note is None

@@ -86,11 +86,11 @@ from leir.explain.grounding import Dropped, GroundingResult, StepFacts, check, s
 from leir.explain.machine import Machine
 from leir.explain.markdown import describe_access, describe_loop, describe_step
 from leir.explain.prediction import predicted_after
-from leir.explain.reasoning import NOISE, Reasoning, step_reasoning
+from leir.explain.reasoning import NOISE, Reasoning, step_reasoning, unmeasured
 
 __all__ = [
     "NOISE", "AccessFacts", "AccessStride", "Dropped", "GroundingResult", "LoopAccess", "LoopFacts", "Machine",
     "Reasoning", "Refusal", "StepFacts", "access_facts", "check", "access_strides", "compulsory_bytes", "describe_access", "describe_loop", "describe_step",
     "dtype_bytes", "footprint", "human_bytes", "human_count", "loop_facts", "operations", "predicted_after",
-    "program_operations", "sentences", "step_facts", "step_reasoning", "working_set",
+    "program_operations", "sentences", "step_facts", "step_reasoning", "unmeasured", "working_set",
 ]

@@ -34,6 +34,11 @@ LARGE_UNROLL = 64
 #: CUDA facts that hold on every GPU TVM targets (not measured, not assumed).
 WARP_SIZE = 32
 _THREAD_AXES = ("tx", "ty", "tz")
+
+#: How the sentences about a step's measured latency begin; they close the
+#: reasoning (``step_reasoning`` writes them last), so ``unmeasured`` can cut
+#: them from a stored text.
+MEASURED_HEAD = "Latency measured on "
 _BLOCK_AXES = ("bx", "by", "bz")
 
 
@@ -876,7 +881,7 @@ def _measured(w: _Writer, measured: tuple[float, float], target: str) -> None:
         return
     ratio = b / a
     w.facts["speedup"] = ratio
-    head = f"Latency measured on {target}: {_ms(b)} → {_ms(a)}"
+    head = f"{MEASURED_HEAD}{target}: {_ms(b)} → {_ms(a)}"
     if abs(1 - a / b) < NOISE:
         w.say(f"{head}, {ratio:.2f}x: within the {NOISE:.0%} this project treats as measurement noise.")
     elif a < b:
@@ -888,6 +893,18 @@ def _measured(w: _Writer, measured: tuple[float, float], target: str) -> None:
         else:
             w.say("The analysis finds no cause among the facts above (strides, reuse distances, parallel "
                   "iterations, vector width and operation counts).")
+
+
+def unmeasured(text: str) -> str:
+    """A reasoning text (``Reasoning.text``) without its closing sentences
+    about the measured latency (and, for a slower step, the costs named
+    because it measured slower): the reasoning ``step_reasoning`` writes for
+    the same step before it is measured. The measured sentences always come
+    last, each starting with ``MEASURED_HEAD`` or following it."""
+    if text.startswith(MEASURED_HEAD):
+        return ""
+    head, sep, _ = text.partition(" " + MEASURED_HEAD)
+    return head if sep else text
 
 
 def _ms(x: float) -> str:

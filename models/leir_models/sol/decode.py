@@ -158,6 +158,29 @@ def replay_dense(model, state: Prefill, tokens: Sequence[int]) -> Prefill:
     return Prefill(cache, state.length + len(tokens), hidden[-1], logits[-1])
 
 
+class TorchPasses:
+    """``generate``'s passes on the torch model itself: the prompt read at
+    once, then one ``run_tokens`` per token on the key/value cache (with the
+    attention keep state ``pages``, if any). ``ort_step.OrtPasses`` does the
+    same on ONNX Runtime."""
+
+    def __init__(self, model, pages: attention.KVPages | None = None):
+        self.model, self.pages = model, pages
+        self.cache, self.length = None, 0
+
+    def prefill(self, ids: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(hidden ``(D,)``, logits ``(V,)``) of the prompt's last token, read densely."""
+        state = prefill(self.model, ids)
+        self.cache, self.length = state.cache, state.length
+        return state.hidden, state.logits
+
+    def step(self, token: int, keep: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """(hidden, logits) of ``token`` at the next position, MLPs at ``keep``."""
+        h, lg, self.cache = run_tokens(self.model, [token], self.length, self.cache, keep, self.pages)
+        self.length += 1
+        return h[-1], lg[-1]
+
+
 def embed(model, token: int) -> torch.Tensor:
     """The input embedding of ``token``, ``(D,)``."""
     return model.get_input_embeddings().weight[token]
@@ -241,7 +264,7 @@ class Decoded:
 def generate(model, prompt_ids: Sequence[int], max_tokens: int, mode: str = "dense", *, policy: SolPolicy | None = None,
              action: int = 0, target: float = 1.0, greedy_policy: bool = True, generator: torch.Generator | None = None,
              stop_ids: Sequence[int] | None = None, attention_keep: attention.AttentionKeep | None = None,
-             never_ids: Sequence[int] = ()) -> Decoded:
+             never_ids: Sequence[int] = (), passes=None) -> Decoded:
     """Greedy decoding of ``prompt_ids`` for at most ``max_tokens`` tokens on a
     ``prepare``\\ d model. ``mode``: ``"dense"``, ``"static"`` (``action`` for
     every pass) or ``"sol"`` (``policy`` at budget ``target``; its own action
@@ -250,7 +273,10 @@ def generate(model, prompt_ids: Sequence[int], max_tokens: int, mode: str = "den
     ``attention.install``\\ ed; the prefill stays dense). Stops at a token of
     ``stop_ids`` (default: the model's eos) or at the context's end. The
     tokens of ``never_ids`` are never chosen (reasoning's: the special
-    tokens it never contains, as ``lm.reasoning.decode_greedy`` masks them)."""
+    tokens it never contains, as ``lm.reasoning.decode_greedy`` masks them).
+    ``passes``: what runs the prefill and each token's pass (default
+    ``TorchPasses(model)``; ``ort_step.OrtPasses`` runs them on ONNX
+    Runtime, without the attention keep)."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r} is not one of {MODES}")
     if mode == "sol" and policy is None:
@@ -261,16 +287,19 @@ def generate(model, prompt_ids: Sequence[int], max_tokens: int, mode: str = "den
     chooser = Chooser(policy, target, inter) if mode == "sol" else None
     pages = None
     if attention_keep is not None and attention_keep.keep < 1.0:
+        if passes is not None:
+            raise ValueError("the attention keep runs on the torch passes only (ort_step module doc)")
         attention.install(model)
         pages = attention.KVPages(attention_keep)
+    runner = passes if passes is not None else TorchPasses(model, pages)
     out: list[int] = []
     actions: list[int] = []
     flops = dense_flops = 0.0
     read = readable = 0
     start = time.perf_counter()
-    state = prefill(model, prompt_ids)
+    hidden, logits = runner.prefill(prompt_ids)
     prefill_seconds = time.perf_counter() - start
-    hidden, logits, cache, length = state.hidden, state.logits, state.cache, state.length
+    length = len(prompt_ids)
     stopped = "max_tokens"
     never = list(never_ids)
     while len(out) < max_tokens:
@@ -292,8 +321,7 @@ def generate(model, prompt_ids: Sequence[int], max_tokens: int, mode: str = "den
             chooser.advance(a)
         else:
             a = action if mode == "static" else 0
-        h, lg, cache = run_tokens(model, [token], length, cache, ACTIONS[a], pages)
-        hidden, logits = h[-1], lg[-1]
+        hidden, logits = runner.step(token, ACTIONS[a])
         length += 1
         actions.append(a)
         if pages is None:

@@ -17,9 +17,9 @@ file, and its reasoning decoded under the SOL policy (docs/sol.md).
    (sampled from the policy with ``--seed``, as it was trained: its greedy
    choice collapses to the cheapest level, docs/sol.md). The model is
    ``decode.prepare``\\ d with the policy's channel order (the logits do not
-   change). ``--runtime onnx`` runs the MLPs on ONNX Runtime
-   (``ort_runtime.install``, ``--precision fp32`` or ``int8``); attention,
-   the head and the policy stay on torch.
+   change). ``--runtime onnx`` runs each decoded token's whole pass on ONNX
+   Runtime (``ort_step``: one graph per keep level, ``--precision fp32`` or
+   ``int8``); the prompt is read and the policy runs on torch.
 3. What it wrote is checked with ``leir.explain.grounding.check`` as
    ``reasoning.generate`` does: only the sentences the facts bear out are
    kept.
@@ -201,8 +201,9 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                      help=f"the SOL policy's net keep target (default {DEFAULT_BUDGET:g})")
     how.add_argument("--dense", action="store_true", help="decode densely, no policy")
     p.add_argument("--runtime", choices=["torch", "onnx"], default="torch",
-                   help="where the MLPs run: torch, or ONNX Runtime (CUDA provider first, CPU fallback)")
-    p.add_argument("--precision", choices=["fp32", "int8"], default="fp32", help="the ONNX MLPs' precision")
+                   help="where each decoded token's pass runs: torch, or ONNX Runtime (one graph per keep "
+                        "level; CUDA provider first, CPU fallback)")
+    p.add_argument("--precision", choices=["fp32", "int8"], default="fp32", help="the ONNX graphs' precision")
     p.add_argument("--model", metavar="DIR", help="a trained model directory (default: the shipped one)")
     p.add_argument("--policy", metavar="DIR",
                    help=f"what `leir model train-sol --out` wrote (default: MODEL/{POLICY_SUBDIR})")

@@ -27,6 +27,8 @@ among them.
 from __future__ import annotations
 
 import logging
+import os
+from contextlib import contextmanager
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,11 +74,24 @@ def quantize_int8(fp32_path: str | Path, int8_path: str | Path) -> Path:
     adds pairs of products in 16-bit lanes that saturate with full 8-bit
     weights: 23% relative error on tests/test_sol_onnx.py's MLP, where an
     earlier session's machine measured 2.8% (docs/sol.md); with 7-bit
-    weights the test's 5% bound holds here again."""
+    weights the test's 5% bound holds here again.
+
+    The exporter's shape annotations (``value_info``) are dropped first: on
+    a graph that uses one weight twice (a tied embedding and output head,
+    ``ort_step``'s graphs) the quantizer's shape inference finds them in
+    conflict with its own rewriting and stops; without them it infers
+    every shape itself."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     int8_path = Path(int8_path)
-    quantize_dynamic(str(fp32_path), str(int8_path), weight_type=QuantType.QInt8, reduce_range=True)
+    graph = onnx.load(str(fp32_path))
+    del graph.graph.value_info[:]
+    bare = int8_path.with_name(f".{int8_path.stem}.bare.onnx")
+    try:
+        onnx.save(graph, str(bare))
+        quantize_dynamic(str(bare), str(int8_path), weight_type=QuantType.QInt8, reduce_range=True)
+    finally:
+        bare.unlink(missing_ok=True)
     return int8_path
 
 
@@ -137,6 +152,16 @@ def provider_report(session, requested: Sequence[str] = PROVIDERS) -> ProviderRe
     return report
 
 
+def providers_in_use(reports: Iterable[ProviderReport]) -> list[str]:
+    """The providers some sessions really use, in ORT's order, each once."""
+    seen: list[str] = []
+    for r in reports:
+        for p in r.used:
+            if p not in seen:
+                seen.append(p)
+    return seen
+
+
 def ort_session(path: str | Path, providers: Sequence[str] = PROVIDERS, threads: int | None = None):
     """An ONNX Runtime session for ``path`` and its ``ProviderReport``.
 
@@ -151,3 +176,66 @@ def ort_session(path: str | Path, providers: Sequence[str] = PROVIDERS, threads:
     options.inter_op_num_threads = 1
     session = ort.InferenceSession(str(path), options, providers=list(providers))
     return session, provider_report(session, providers)
+
+
+# ------------------------------------------------------------ the graphs' cache, and quiet
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("LEIR_SOL_CACHE")
+    if env:
+        return Path(env)
+    from leir.files import user_cache_home
+
+    return user_cache_home() / "leir-lsp" / "sol-onnx"
+
+
+def write_graph(path: Path, make) -> Path:
+    """``path``, made by ``make(temporary path)`` unless it is already there:
+    written under a temporary name beside it and renamed, so an interrupted
+    export leaves no half-written graph behind."""
+    if not path.is_file():
+        tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.onnx")
+        try:
+            make(tmp)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return path
+
+
+@contextmanager
+def quiet_export():
+    """The exporter's and the quantizer's advice (torchvision not installed,
+    "consider pre-processing", deprecations) held back: the graphs are
+    checked by the tests, not by these messages."""
+    import warnings
+
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+@contextmanager
+def quiet_sessions(quiet: bool):
+    """ONNX Runtime's own log (a CUDA library that fails to load prints two
+    lines per session) and ``provider_report``'s warning per session held
+    back: ``install`` logs one summary instead."""
+    if not quiet:
+        yield
+        return
+    import onnxruntime as ort
+
+    blocks_log = logging.getLogger(__name__)
+    level = blocks_log.level
+    blocks_log.setLevel(logging.ERROR)
+    ort.set_default_logger_severity(4)  # fatal only
+    try:
+        yield
+    finally:
+        ort.set_default_logger_severity(2)  # ORT's default: warnings
+        blocks_log.setLevel(level)

@@ -36,16 +36,15 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import time
 from collections.abc import Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from leir_models.sol import knobs, onnx_blocks
+from leir_models.sol.onnx_blocks import write_graph
 from leir_models.sol.knobs import MLP_LEVELS, keep_width
 
 log = logging.getLogger(__name__)
@@ -54,15 +53,6 @@ log = logging.getLogger(__name__)
 #: weights quantized to 7 bits (``onnx_blocks.quantize_int8``).
 CACHE_FORMAT = "leir-sol-onnx/2"
 RUNTIMES = ("torch", "onnx")
-
-
-def default_cache_dir() -> Path:
-    env = os.environ.get("LEIR_SOL_CACHE")
-    if env:
-        return Path(env)
-    from leir.files import user_cache_home
-
-    return user_cache_home() / "leir-lsp" / "sol-onnx"
 
 
 def sliced_layers(model) -> list[knobs.SlicedMLP]:
@@ -95,28 +85,12 @@ def export_all(mlps: Sequence[torch.nn.Module], cache_dir: str | Path | None = N
     ``cache_dir/<fingerprint>/``; graphs already there are reused. Each file
     is written under a temporary name and renamed, so an interrupted export
     leaves no half-written graph behind. Returns (layer, keep, precision) -> path."""
-    directory = Path(cache_dir or default_cache_dir()) / fingerprint(mlps, keeps)
+    directory = Path(cache_dir or onnx_blocks.default_cache_dir()) / fingerprint(mlps, keeps)
     directory.mkdir(parents=True, exist_ok=True)
     paths: dict[tuple[int, float, str], Path] = {}
-    with _quiet_export():
+    with onnx_blocks.quiet_export():
         _export_missing(mlps, directory, keeps, paths)
     return paths
-
-
-@contextmanager
-def _quiet_export():
-    """The exporter's and the quantizer's advice (torchvision not installed,
-    "consider pre-processing", deprecations) held back: the graphs are
-    checked by the tests, not by these messages."""
-    import warnings
-
-    logging.disable(logging.WARNING)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logging.disable(logging.NOTSET)
 
 
 def _export_missing(mlps, directory: Path, keeps, paths: dict) -> None:
@@ -124,15 +98,10 @@ def _export_missing(mlps, directory: Path, keeps, paths: dict) -> None:
         inter = mlp.down_proj.in_features
         for keep in keeps:
             n = keep_width(inter, keep)
-            fp32, int8 = graph_path(directory, i, n, "fp32"), graph_path(directory, i, n, "int8")
-            if not fp32.is_file():
-                tmp = fp32.with_name(f".{fp32.stem}.{os.getpid()}.tmp.onnx")
-                onnx_blocks.export_mlp(mlp, tmp, keep)
-                os.replace(tmp, fp32)
-            if not int8.is_file():
-                tmp = int8.with_name(f".{int8.stem}.{os.getpid()}.tmp.onnx")
-                onnx_blocks.quantize_int8(fp32, tmp)
-                os.replace(tmp, int8)
+            fp32 = write_graph(graph_path(directory, i, n, "fp32"),
+                               lambda tmp, mlp=mlp, keep=keep: onnx_blocks.export_mlp(mlp, tmp, keep))
+            int8 = write_graph(graph_path(directory, i, n, "int8"),
+                               lambda tmp, fp32=fp32: onnx_blocks.quantize_int8(fp32, tmp))
             paths[(i, keep, "fp32")], paths[(i, keep, "int8")] = fp32, int8
 
 
@@ -173,12 +142,7 @@ class OrtRuntime:
     @property
     def providers(self) -> list[str]:
         """The providers the sessions really use, in ORT's order, each once."""
-        seen: list[str] = []
-        for r in self.reports:
-            for p in r.used:
-                if p not in seen:
-                    seen.append(p)
-        return seen
+        return onnx_blocks.providers_in_use(self.reports)
 
     @property
     def requested(self) -> tuple[str, ...]:
@@ -205,7 +169,7 @@ def install(model, precision: str = "fp32", cache_dir: str | Path | None = None,
     graphs are of the weights as they are now). The graphs are exported
     into the cache if missing (``export_all``). ``quiet``: ORT's log and
     the per-session fall-back warnings held back, one warning logged
-    (``_quiet``); the report is in ``OrtRuntime.reports`` either way."""
+    (``onnx_blocks.quiet_sessions``); the report is in ``OrtRuntime.reports`` either way."""
     if precision not in onnx_blocks.PRECISIONS:
         raise ValueError(f"precision {precision!r} is not one of {onnx_blocks.PRECISIONS}")
     if any(isinstance(m, OrtMLP) for m in model.modules()):
@@ -219,7 +183,7 @@ def install(model, precision: str = "fp32", cache_dir: str | Path | None = None,
     wrappers, reports = [], []
     by_layer = {id(w): i for i, w in enumerate(layers)}
     runtime = OrtRuntime(model, precision, directory, paths, wrappers, reports)
-    with _quiet(quiet):
+    with onnx_blocks.quiet_sessions(quiet):
         for parent in list(model.modules()):
             for name, child in list(parent.named_children()):
                 if isinstance(child, knobs.SlicedMLP) and id(child) in by_layer:
@@ -240,27 +204,6 @@ def install(model, precision: str = "fp32", cache_dir: str | Path | None = None,
     return runtime
 
 
-@contextmanager
-def _quiet(quiet: bool):
-    """ONNX Runtime's own log (a CUDA library that fails to load prints two
-    lines per session) and ``provider_report``'s warning per session held
-    back: ``install`` logs one summary instead."""
-    if not quiet:
-        yield
-        return
-    import onnxruntime as ort
-
-    blocks_log = logging.getLogger(onnx_blocks.__name__)
-    level = blocks_log.level
-    blocks_log.setLevel(logging.ERROR)
-    ort.set_default_logger_severity(4)  # fatal only
-    try:
-        yield
-    finally:
-        ort.set_default_logger_severity(2)  # ORT's default: warnings
-        blocks_log.setLevel(level)
-
-
 # ------------------------------------------------------------ the measurement
 
 
@@ -275,7 +218,9 @@ def measure_runtimes(model_dir, policy_dir, data_dir, prompts: int = 8, max_toke
                      targets: Sequence[float] = (0.5, 0.7), repeats: int = 3, cache_dir=None, threads: int = 1,
                      split: str = "heldout") -> dict:
     """Decode tokens/s of dense and SOL (each target; the policy sampled,
-    seeded, as ``decode.measure``) on torch, ORT fp32 and ORT int8: the
+    seeded, as ``decode.measure``) on torch, with the MLPs on ORT (fp32,
+    int8: ``install``) and with each token's whole pass on ORT (fp32, int8:
+    ``ort_step``): the
     reasoning after the step of the first ``prompts`` records of ``split``,
     ``max_tokens`` tokens each (no early stop). Every (runtime, mode) is run
     ``repeats`` times, the repeats interleaved; the median run is reported,
@@ -291,31 +236,45 @@ def measure_runtimes(model_dir, policy_dir, data_dir, prompts: int = 8, max_toke
     torch.set_num_threads(threads)
     policy, orders = load_policy(policy_dir)
     records = [r for r in load_records(data_dir)[0] if r.get("split") == split][:prompts]
+    from leir_models.sol import ort_step
+
     models = {}
-    for name, precision in (("torch", None), ("onnx fp32", "fp32"), ("onnx int8", "int8")):
+    # The MLPs alone on ONNX Runtime (``install``), and each token's whole pass (``ort_step``).
+    for name, precision, whole in (("torch", None, False), ("onnx fp32", "fp32", False),
+                                   ("onnx int8", "int8", False), ("onnx step fp32", "fp32", True),
+                                   ("onnx step int8", "int8", True)):
         model, tok = load_model(model_dir)
         decode.prepare(model, orders)
-        providers = ["torch (cpu)"]
-        if precision:
+        providers, steps = ["torch (cpu)"], None
+        if whole:
+            steps = ort_step.load(model, precision, cache_dir, threads=threads)
+            providers = steps.providers
+        elif precision:
             providers = install(model, precision, cache_dir, threads=threads).providers
-        models[name] = (model, providers)
+        models[name] = (model, providers, steps)
     ids = [tk.encode_prompt(tok, prompt_text(r["before"], r["tensors"], r["target"],
                                              (r.get("reasoning_facts") or {}).get("machine") or {}))
            + tk.encode(tok, candidate_text(r["step"])) for r in records]
     modes = [("dense", None), *((f"sol {t:g}", t) for t in targets)]
-    for model, _ in models.values():  # warm-up
-        decode.generate(model, ids[0], 4, "dense", stop_ids=[])
+
+    def runner_of(model, steps):
+        return ort_step.OrtPasses(model, steps) if steps is not None else None
+
+    for model, _, steps in models.values():  # warm-up
+        decode.generate(model, ids[0], 4, "dense", stop_ids=[], passes=runner_of(model, steps))
     runs: dict[tuple[str, str], list[dict]] = {}
     for _ in range(repeats):
-        for runtime, (model, _) in models.items():
+        for runtime, (model, _, steps) in models.items():
             for mode, target in modes:
                 load = _loadavg()
                 if target is None:
-                    done = [decode.generate(model, p, max_tokens, "dense", stop_ids=[]) for p in ids]
+                    done = [decode.generate(model, p, max_tokens, "dense", stop_ids=[], passes=runner_of(model, steps))
+                            for p in ids]
                 else:
                     gen = torch.Generator().manual_seed(0)
                     done = [decode.generate(model, p, max_tokens, "sol", policy=policy, target=target,
-                                            greedy_policy=False, generator=gen, stop_ids=[]) for p in ids]
+                                            greedy_policy=False, generator=gen, stop_ids=[],
+                                            passes=runner_of(model, steps)) for p in ids]
                 passes = sum(len(d.actions) for d in done)
                 seconds = sum(d.seconds - d.prefill_seconds for d in done)
                 runs.setdefault((runtime, mode), []).append({
@@ -334,8 +293,9 @@ def measure_runtimes(model_dir, policy_dir, data_dir, prompts: int = 8, max_toke
                      "flops_per_token": round(got[0]["flops_per_token"]), "net_keep": round(got[0]["net_keep"], 4),
                      "loadavg": [g["loadavg"] for g in got]})
     return {"prompts": len(ids), "max_tokens": max_tokens, "repeats": repeats, "threads": threads,
-            "providers": {name: p for name, (_, p) in models.items()}, "rows": rows,
-            "mlp_ms_per_token": {name: mlp_ms_per_token(model) for name, (model, _) in models.items()},
+            "providers": {name: p for name, (_, p, _) in models.items()}, "rows": rows,
+            "mlp_ms_per_token": {name: mlp_ms_per_token(model) for name, (model, _, steps) in models.items()
+                                 if steps is None},
             "policy_ms_per_token": round(_policy_ms(policy, models["torch"][0]), 3)}
 
 
@@ -442,7 +402,8 @@ def main(argv=None) -> int:
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m leir_models.sol.ort_runtime",
-                                description="decode tokens/s, dense and SOL, on torch, ORT fp32 and ORT int8")
+                                description="decode tokens/s, dense and SOL, on torch and on ORT (the MLPs alone, or "
+                                            "each token's whole pass; fp32 and int8)")
     p.add_argument("--model", required=True, metavar="DIR")
     p.add_argument("--policy", required=True, metavar="DIR")
     p.add_argument("--data", default="tests/data/dataset", metavar="DIR")

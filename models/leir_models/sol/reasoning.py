@@ -5,8 +5,9 @@
 - ``fitting_policy(model, policy_dir)``: the policy and the channel orders
   saved in ``policy_dir`` (``policy.load_policy``), checked to fit ``model``.
 - ``Decoder``: a model ``decode.prepare``\\ d with the policy's channel
-  order (the logits do not change), its MLPs on torch or on ONNX Runtime
-  (``ort_runtime.install``), that decodes after a prompt with
+  order (the logits do not change), its decoded tokens' passes on torch or
+  on ONNX Runtime (``ort_step``: one graph per keep level), that decodes
+  after a prompt with
   ``decode.generate``: densely without a policy, otherwise with the
   policy's action per token at the budget, *sampled* from a generator
   seeded per call, as the policy was trained (its greedy choice collapses
@@ -70,21 +71,24 @@ class Decoder:
     policy: Any
     #: The net keep target the policy is given; None with no policy.
     budget: float | None
-    #: "torch" or "onnx" (the MLPs; attention, the head and the policy stay on torch).
+    #: "torch", or "onnx": each decoded token's whole pass on ONNX Runtime
+    #: (``ort_step``; the prompt is read and the policy runs on torch).
     runtime: str
     #: "fp32" or "int8" (int8 only on "onnx").
     precision: str
-    #: What the MLPs really run on: "torch (cpu)", or the ORT sessions' providers.
+    #: What the passes really run on: "torch (cpu)", or the ORT sessions' providers.
     providers: list[str]
+    #: The step graphs' sessions (``ort_step.OrtSteps``) on "onnx"; None on torch.
+    steps: Any = None
 
     @classmethod
     def prepare(cls, model, policy=None, orders=None, budget: float | None = None, runtime: str = "torch",
                 precision: str = "fp32", cache_dir: str | Path | None = None, threads: int | None = 1) -> "Decoder":
         """``model`` (in place) put in ``orders``, its MLPs sliceable, on
         ``runtime``; ``policy`` decodes at ``budget`` (both or neither).
-        Raises what ``ort_runtime.install`` raises when ONNX Runtime cannot
-        run the MLPs."""
-        from leir_models.sol import decode, ort_runtime
+        Raises what ``ort_step.load`` raises when ONNX Runtime cannot run
+        the step graphs."""
+        from leir_models.sol import decode, ort_runtime, ort_step
 
         if runtime not in ort_runtime.RUNTIMES:
             raise ValueError(f"runtime {runtime!r} is not one of {ort_runtime.RUNTIMES}")
@@ -94,9 +98,11 @@ class Decoder:
             raise ValueError("a policy needs a budget, and a budget a policy")
         decode.prepare(model, orders)
         providers = [f"torch ({next(model.parameters()).device.type})"]
+        steps = None
         if runtime == "onnx":
-            providers = ort_runtime.install(model, precision, cache_dir, threads=threads or None).providers
-        return cls(model, policy, budget, runtime, precision, providers)
+            steps = ort_step.load(model, precision, cache_dir, threads=threads or None)
+            providers = steps.providers
+        return cls(model, policy, budget, runtime, precision, providers, steps)
 
     def decode(self, ids: list[int], max_tokens: int = MAX_TOKENS, seed: int = 0):
         """``decode.generate`` after ``ids`` until ``<|eos|>``: densely, or
@@ -107,12 +113,15 @@ class Decoder:
         from leir_models.lm import tokenizer as tk
         from leir_models.lm.reasoning import NEVER
         from leir_models.sol import decode
+        from leir_models.sol.ort_step import OrtPasses
 
+        passes = OrtPasses(self.model, self.steps) if self.steps is not None else None
         if self.policy is None:
-            return decode.generate(self.model, ids, max_tokens, "dense", stop_ids=[tk.EOS_ID], never_ids=NEVER)
+            return decode.generate(self.model, ids, max_tokens, "dense", stop_ids=[tk.EOS_ID], never_ids=NEVER,
+                                   passes=passes)
         return decode.generate(self.model, ids, max_tokens, "sol", policy=self.policy, target=self.budget,
                                greedy_policy=False, generator=torch.Generator().manual_seed(seed),
-                               stop_ids=[tk.EOS_ID], never_ids=NEVER)
+                               stop_ids=[tk.EOS_ID], never_ids=NEVER, passes=passes)
 
     @property
     def where(self) -> str:

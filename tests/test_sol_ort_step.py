@@ -1,0 +1,209 @@
+"""leir_models.sol.ort_step: the whole single-token pass as one graph per
+keep level. ``DecodeStep`` against the transformers model's own pass (with
+grouped key/value heads too), every exported graph against ``DecodeStep``
+on the same inputs, a keep-0.5 graph physically narrower, int8 graphs with
+integer products, and ``decode.generate`` on ``OrtPasses`` token for token
+against torch, each token on its action's session.
+
+Tolerances: ``DecodeStep`` in torch within 1e-5 of the logits' scale (the
+same arithmetic in another order); fp32 graphs within 1e-4 of the output's
+scale; int8 graphs within ``INT8_REL_TOL`` of the logits' norm (dynamic
+quantization of every product: measured below 5% here).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("onnxscript")
+pytest.importorskip("onnxruntime")
+
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+
+from leir_models.lm.data import load_records  # noqa: E402
+from leir_models.lm.store import load_model  # noqa: E402
+from leir_models.sol import attention, decode, knobs, onnx_blocks, ort_step  # noqa: E402
+from leir_models.sol.policy import ACTIONS, PolicyConfig, SolPolicy  # noqa: E402
+from leir_models.sol.train import sequences  # noqa: E402
+
+torch.set_num_threads(1)
+
+INT8_REL_TOL = 0.08
+N = 12
+
+
+def _random_llama(heads: int, kv_heads: int, tied: bool, seed: int = 0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                         num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=64,
+                         rope_theta=10000.0, tie_word_embeddings=tied)
+    return LlamaForCausalLM(config).eval()
+
+
+def _past(cache) -> tuple[torch.Tensor, torch.Tensor]:
+    """A transformers cache as the step's ``[P, layers, kv_heads, head_dim]`` keys and values."""
+    keys = torch.stack([layer.keys[0].permute(1, 0, 2) for layer in cache.layers], dim=1)
+    values = torch.stack([layer.values[0].permute(1, 0, 2) for layer in cache.layers], dim=1)
+    return keys, values
+
+
+@pytest.mark.parametrize("heads, kv_heads, tied", [(2, 2, True), (4, 1, False)])
+@pytest.mark.parametrize("keep", ACTIONS)
+def test_the_step_module_computes_the_transformers_pass(heads, kv_heads, tied, keep):
+    model = decode.prepare(_random_llama(heads, kv_heads, tied))
+    ids = [3, 17, 42, 8, 91, 5, 60]
+    state = decode.prefill(model, ids)
+    past_k, past_v = _past(state.cache)
+    token = 23
+    hidden, logits, cache = decode.run_tokens(model, [token], len(ids), state.cache, keep)
+    step = ort_step.DecodeStep(model, keep)
+    with torch.no_grad():
+        got_logits, got_hidden, k, v = step(model.get_input_embeddings().weight[[token]], torch.tensor([len(ids)]),
+                                            past_k, past_v)
+    scale = float(logits.abs().max())
+    assert torch.allclose(got_logits[0], logits[-1], atol=1e-5 * scale)
+    assert torch.allclose(got_hidden[0], hidden[-1], atol=1e-5 * float(hidden.abs().max()))
+    all_k, all_v = _past(cache)  # the cache now holds the token's keys and values as its last row
+    assert torch.allclose(k[0], all_k[-1], atol=1e-6) and torch.allclose(v[0], all_v[-1], atol=1e-6)
+    mlp = step.layers[0].mlp
+    assert mlp.gate_proj.weight.shape[0] == knobs.keep_width(48, keep)  # a physically narrower MLP
+
+
+@pytest.fixture(scope="module")
+def seqs(lm_model_dir, lm_data):
+    model, tok = load_model(lm_model_dir)
+    return sequences(load_records(lm_data)[0], tok, "train", model.config.max_position_embeddings)
+
+
+@pytest.fixture(scope="module")
+def orders(lm_model_dir, seqs):
+    model, _ = load_model(lm_model_dir)
+    return knobs.reorder_channels(model, knobs.channel_importance(model, [torch.tensor([s]) for s in seqs[:4]]))
+
+
+def prepared(lm_model_dir, orders):
+    model, _ = load_model(lm_model_dir)
+    return decode.prepare(model, orders)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("sol-step-cache")
+
+
+@pytest.fixture(scope="module")
+def torch_model(lm_model_dir, orders):
+    return prepared(lm_model_dir, orders)
+
+
+@pytest.fixture(scope="module")
+def steps_fp32(torch_model, cache):
+    return ort_step.load(torch_model, "fp32", cache)
+
+
+@pytest.fixture(scope="module")
+def steps_int8(torch_model, cache):
+    return ort_step.load(torch_model, "int8", cache)
+
+
+def _inputs(model, seq, length=20):
+    state = decode.prefill(model, seq[:length])
+    past_k, past_v = _past(state.cache)
+    embedded = model.get_input_embeddings().weight[[seq[length]]].detach().numpy()
+    return {"embedded": embedded, "position": np.array([length], np.int64),
+            "past_keys": past_k.numpy(), "past_values": past_v.numpy()}
+
+
+def test_every_step_graph_matches_the_torch_step(torch_model, steps_fp32, steps_int8, seqs):
+    feed = _inputs(torch_model, seqs[0])
+    for keep in ACTIONS:
+        with torch.no_grad():
+            want = ort_step.DecodeStep(torch_model, keep)(*(torch.from_numpy(feed[n]) for n in ort_step.INPUTS))
+        want = [w.numpy() for w in want]
+        got = steps_fp32.sessions[keep].run(list(ort_step.OUTPUTS), feed)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape
+            assert np.abs(g - w).max() <= 1e-4 * max(1.0, float(np.abs(w).max()))
+        got8 = steps_int8.sessions[keep].run(list(ort_step.OUTPUTS), feed)
+        assert np.linalg.norm(got8[0] - want[0]) <= INT8_REL_TOL * np.linalg.norm(want[0])
+
+
+def _dims(path) -> set[int]:
+    return {d for init in onnx.load(str(path)).graph.initializer for d in init.dims}
+
+
+def test_a_smaller_keep_is_a_narrower_graph_and_int8_runs_integer_products(torch_model, steps_fp32, steps_int8):
+    inter = int(torch_model.config.intermediate_size)
+    full, half = (ort_step.graph_path(steps_fp32.directory, knobs.keep_width(inter, k), "fp32") for k in (1.0, 0.5))
+    assert inter in _dims(full)
+    assert inter not in _dims(half) and knobs.keep_width(inter, 0.5) in _dims(half)
+    for keep in ACTIONS:
+        ops = set(onnx_blocks.op_types(ort_step.graph_path(steps_int8.directory,
+                                                           knobs.keep_width(inter, keep), "int8")))
+        assert onnx_blocks.INT8_MATMUL_OPS & ops
+        assert not onnx_blocks.INT8_MATMUL_OPS & set(
+            onnx_blocks.op_types(ort_step.graph_path(steps_fp32.directory, knobs.keep_width(inter, keep), "fp32")))
+
+
+def test_dense_greedy_decode_on_the_step_graphs_is_torchs(torch_model, steps_fp32, seqs):
+    prompt = seqs[1][:40]
+    want = decode.generate(torch_model, prompt, N, "dense", stop_ids=[])
+    before = dict(steps_fp32.calls)
+    got = decode.generate(torch_model, prompt, N, "dense", stop_ids=[],
+                          passes=ort_step.OrtPasses(torch_model, steps_fp32))
+    assert len(got.tokens) == N and got.tokens == want.tokens
+    assert got.flops_per_token == want.flops_per_token
+    # The prompt is read by torch; each of the N - 1 passes is one run of the keep-1 graph.
+    assert steps_fp32.calls[1.0] - before[1.0] == N - 1
+    assert all(steps_fp32.calls[k] == before[k] for k in (0.75, 0.5))
+
+
+def test_static_half_keep_runs_the_half_keep_graph_past_a_growing_buffer(torch_model, steps_fp32, seqs, monkeypatch):
+    monkeypatch.setattr(ort_step, "BUFFER_SLACK", 3)  # the buffer doubles twice within 12 tokens
+    prompt = seqs[2][:5]
+    half = ACTIONS.index(0.5)
+    want = decode.generate(torch_model, prompt, N, "static", action=half, stop_ids=[])
+    before = dict(steps_fp32.calls)
+    passes = ort_step.OrtPasses(torch_model, steps_fp32)
+    got = decode.generate(torch_model, prompt, N, "static", action=half, stop_ids=[], passes=passes)
+    assert got.tokens == want.tokens and got.net_keep == 0.5
+    assert steps_fp32.calls[0.5] - before[0.5] == N - 1 and steps_fp32.calls[1.0] == before[1.0]
+    assert passes.length == len(prompt) + N - 1 and len(passes.keys) >= passes.length
+
+
+def test_sol_decode_on_int8_step_graphs_runs_each_actions_graph(torch_model, steps_int8, seqs):
+    torch.manual_seed(0)
+    policy = SolPolicy(PolicyConfig(hidden_size=torch_model.config.hidden_size)).eval()
+    before = dict(steps_int8.calls)
+    got = decode.generate(torch_model, seqs[0][:32], 24, "sol", policy=policy, target=0.7, greedy_policy=False,
+                          generator=torch.Generator().manual_seed(0), stop_ids=[],
+                          passes=ort_step.OrtPasses(torch_model, steps_int8))
+    assert len(got.actions) == 23 and len(set(got.actions)) > 1
+    for a, keep in enumerate(ACTIONS):
+        assert steps_int8.calls[keep] - before[keep] == got.actions.count(a)
+    assert got.net_keep < 1.0
+
+
+def test_a_second_load_exports_nothing_and_other_weights_get_other_graphs(torch_model, steps_fp32, cache,
+                                                                         lm_model_dir, monkeypatch):
+    def refuse(*_a, **_k):
+        raise AssertionError("exported again")
+
+    monkeypatch.setattr(ort_step, "export_step", refuse)
+    again = ort_step.load(torch_model, "fp32", cache)
+    assert again.directory == steps_fp32.directory
+    assert again.providers == steps_fp32.providers and "CPUExecutionProvider" in again.providers
+    unordered, _ = load_model(lm_model_dir)  # the trained channel order, not the policy's
+    assert ort_step.fingerprint(decode.prepare(unordered)) != steps_fp32.directory.name
+
+
+def test_the_attention_keep_is_refused_on_the_step_graphs(torch_model, steps_fp32, seqs):
+    with pytest.raises(ValueError, match="torch passes only"):
+        decode.generate(torch_model, seqs[0][:8], 2, "dense", stop_ids=[],
+                        attention_keep=attention.AttentionKeep(0.5, min_context=0),
+                        passes=ort_step.OrtPasses(torch_model, steps_fp32))
