@@ -71,7 +71,8 @@ class Settings:
     #: the model worker decodes; None: dense decoding. The ranking is dense
     #: either way.
     model_sol_budget: float | None = SOL_BUDGET
-    #: Where that decoding's MLPs run (``SOL_RUNTIMES``) and at which precision (``SOL_PRECISIONS``).
+    #: Where that decoding runs (``SOL_RUNTIMES``: torch, or each token's pass on ONNX Runtime) and at which
+    #: precision (``SOL_PRECISIONS``).
     model_sol_runtime: str = "torch"
     model_sol_precision: str = "fp32"
     #: Publish the top suggestions on save as Hint diagnostics, for editors
