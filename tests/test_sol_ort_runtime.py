@@ -25,11 +25,10 @@ pytest.importorskip("onnxruntime")
 
 import numpy as np  # noqa: E402
 
-from leir_models.lm.data import load_records  # noqa: E402
 from leir_models.lm.store import load_model  # noqa: E402
 from leir_models.sol import decode, knobs, onnx_blocks, ort_runtime  # noqa: E402
 from leir_models.sol.policy import ACTIONS, PolicyConfig, SolPolicy  # noqa: E402
-from leir_models.sol.train import sequences  # noqa: E402
+from sol_fixtures import orders, prepared, seqs, torch_model  # noqa: E402,F401
 
 torch.set_num_threads(1)
 
@@ -38,30 +37,8 @@ N = 16
 
 
 @pytest.fixture(scope="module")
-def seqs(lm_model_dir, lm_data):
-    model, tok = load_model(lm_model_dir)
-    return sequences(load_records(lm_data)[0], tok, "train", model.config.max_position_embeddings)
-
-
-@pytest.fixture(scope="module")
-def orders(lm_model_dir, seqs):
-    model, _ = load_model(lm_model_dir)
-    return knobs.reorder_channels(model, knobs.channel_importance(model, [torch.tensor([s]) for s in seqs[:4]]))
-
-
-def prepared(lm_model_dir, orders):
-    model, _ = load_model(lm_model_dir)
-    return decode.prepare(model, orders)
-
-
-@pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("sol-ort-cache")
-
-
-@pytest.fixture(scope="module")
-def torch_model(lm_model_dir, orders):
-    return prepared(lm_model_dir, orders)
 
 
 @pytest.fixture(scope="module")
