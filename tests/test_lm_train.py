@@ -93,6 +93,10 @@ def test_leir_model_train_goes_through_the_entry_point(lm_data, tmp_path: Path, 
     assert "kept step 2 (best validation rank;" in capsys.readouterr().out
     assert main(["model", "train", "--data", str(tmp_path / "nothing"), "--out", str(tmp_path / "n")]) == 2
     assert "no records.jsonl" in capsys.readouterr().err
+    assert main(["model", "train", "--reasoning-branches", "-1", "--data", str(lm_data),
+                 "--out", str(tmp_path / "r")]) == 2
+    assert "--reasoning-branches -1: expected 0 or more" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()  # refused before anything is written
 
 
 def test_leir_model_without_a_model_package_says_how_to_install(monkeypatch, capsys):
