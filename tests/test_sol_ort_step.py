@@ -44,20 +44,13 @@ def _random_llama(heads: int, kv_heads: int, tied: bool, seed: int = 0):
     return LlamaForCausalLM(config).eval()
 
 
-def _past(cache) -> tuple[torch.Tensor, torch.Tensor]:
-    """A transformers cache as the step's ``[P, layers, kv_heads, head_dim]`` keys and values."""
-    keys = torch.stack([layer.keys[0].permute(1, 0, 2) for layer in cache.layers], dim=1)
-    values = torch.stack([layer.values[0].permute(1, 0, 2) for layer in cache.layers], dim=1)
-    return keys, values
-
-
 @pytest.mark.parametrize("heads, kv_heads, tied", [(2, 2, True), (4, 1, False)])
 @pytest.mark.parametrize("keep", ACTIONS)
 def test_the_step_module_computes_the_transformers_pass(heads, kv_heads, tied, keep):
     model = decode.prepare(_random_llama(heads, kv_heads, tied))
     ids = [3, 17, 42, 8, 91, 5, 60]
     state = decode.prefill(model, ids)
-    past_k, past_v = _past(state.cache)
+    past_k, past_v = ort_step.cache_rows(state.cache)
     token = 23
     hidden, logits, cache = decode.run_tokens(model, [token], len(ids), state.cache, keep)
     step = ort_step.DecodeStep(model, keep)
@@ -67,7 +60,7 @@ def test_the_step_module_computes_the_transformers_pass(heads, kv_heads, tied, k
     scale = float(logits.abs().max())
     assert torch.allclose(got_logits[0], logits[-1], atol=1e-5 * scale)
     assert torch.allclose(got_hidden[0], hidden[-1], atol=1e-5 * float(hidden.abs().max()))
-    all_k, all_v = _past(cache)  # the cache now holds the token's keys and values as its last row
+    all_k, all_v = ort_step.cache_rows(cache)  # the cache now holds the token's keys and values as its last row
     assert torch.allclose(k[0], all_k[-1], atol=1e-6) and torch.allclose(v[0], all_v[-1], atol=1e-6)
     mlp = step.layers[0].mlp
     assert mlp.gate_proj.weight.shape[0] == knobs.keep_width(48, keep)  # a physically narrower MLP
@@ -90,7 +83,7 @@ def steps_int8(torch_model, cache):
 
 def _inputs(model, seq, length=20):
     state = decode.prefill(model, seq[:length])
-    past_k, past_v = _past(state.cache)
+    past_k, past_v = ort_step.cache_rows(state.cache)
     embedded = model.get_input_embeddings().weight[[seq[length]]].detach().numpy()
     return {"embedded": embedded, "position": np.array([length], np.int64),
             "past_keys": past_k.numpy(), "past_values": past_v.numpy()}

@@ -224,7 +224,8 @@ def quiet_export():
 def quiet_sessions(quiet: bool):
     """ONNX Runtime's own log (a CUDA library that fails to load prints two
     lines per session) and ``provider_report``'s warning per session held
-    back: ``install`` logs one summary instead."""
+    back: the caller (``ort_runtime.install``, ``ort_step.load``) logs one
+    summary instead."""
     if not quiet:
         yield
         return

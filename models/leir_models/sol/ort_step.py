@@ -5,8 +5,8 @@
 shipped 256-wide model then still took 4.9 ms of eager torch, of which the
 MLPs were 0.82 ms: attention, norms, RoPE, the head and transformers'
 per-module overhead are the rest, which no MLP knob touches (docs/sol.md).
-Here the *whole* pass of one decoded token is one graph: the embedding
-lookup, every layer's norm, q/k/v projections, RoPE, attention over the
+Here the *whole* pass of one decoded token is one graph (all but the
+embedding lookup, done outside: below): every layer's norm, q/k/v projections, RoPE, attention over the
 key/value cache and the new token, output projection, norm and MLP (the
 layer's first ``n = keep_width(I, keep)`` channels, as ``knobs.truncated_mlp``
 exports them: physically smaller matrices), the final norm and the head.
@@ -93,7 +93,6 @@ class DecodeStep(nn.Module):
         self.heads = config.num_attention_heads
         self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
-        self.keep = keep
         inner = model.model
         self.layers = nn.ModuleList(_Layer(layer, keep) for layer in inner.layers)
         self.norm = inner.norm
@@ -197,12 +196,13 @@ def export_steps(model, cache_dir: str | Path | None = None, keeps: Sequence[flo
     with onnx_blocks.quiet_export():
         for keep in keeps:
             n = keep_width(inter, keep)
-            fp32 = onnx_blocks.write_graph(graph_path(directory, n, "fp32"), lambda tmp, keep=keep: export_step(model, tmp, keep))
+            fp32 = onnx_blocks.write_graph(graph_path(directory, n, "fp32"),
+                                           lambda tmp, keep=keep: export_step(model, tmp, keep))
             if "fp32" in precisions:
                 paths[(keep, "fp32")] = fp32
             if "int8" in precisions:
-                paths[(keep, "int8")] = onnx_blocks.write_graph(graph_path(directory, n, "int8"),
-                                                    lambda tmp, fp32=fp32: onnx_blocks.quantize_int8(fp32, tmp))
+                paths[(keep, "int8")] = onnx_blocks.write_graph(
+                    graph_path(directory, n, "int8"), lambda tmp, fp32=fp32: onnx_blocks.quantize_int8(fp32, tmp))
     return paths
 
 
@@ -254,6 +254,15 @@ def load(model, precision: str = "fp32", cache_dir: str | Path | None = None, th
     return steps
 
 
+def cache_rows(cache) -> tuple[torch.Tensor, torch.Tensor]:
+    """A transformers key/value cache (each layer's ``[1, kv_heads, P,
+    head_dim]``) as the step's position-major past: keys and values
+    ``[P, layers, kv_heads, head_dim]``, float32."""
+    keys = torch.stack([layer.keys[0].permute(1, 0, 2) for layer in cache.layers], dim=1)
+    values = torch.stack([layer.values[0].permute(1, 0, 2) for layer in cache.layers], dim=1)
+    return keys.float(), values.float()
+
+
 class OrtPasses:
     """``decode.generate``'s passes on ``steps`` (module doc): the prompt
     read densely by the torch ``model``, each decoded token one session run."""
@@ -270,13 +279,11 @@ class OrtPasses:
         from leir_models.sol import decode
 
         state = decode.prefill(self.model, ids)
-        layers = state.cache.layers
+        keys, values = cache_rows(state.cache)
         rows = len(ids)
-        shape = (rows + BUFFER_SLACK, len(layers), *layers[0].keys.shape[1:2], layers[0].keys.shape[-1])
+        shape = (rows + BUFFER_SLACK, *keys.shape[1:])
         self.keys, self.values = np.zeros(shape, np.float32), np.zeros(shape, np.float32)
-        for i, layer in enumerate(layers):  # [1, Hkv, P, hd] -> rows [P, Hkv, hd]
-            self.keys[:rows, i] = layer.keys[0].permute(1, 0, 2).float().numpy()
-            self.values[:rows, i] = layer.values[0].permute(1, 0, 2).float().numpy()
+        self.keys[:rows], self.values[:rows] = keys.numpy(), values.numpy()
         self.length = rows
         return state.hidden, state.logits
 
@@ -300,4 +307,4 @@ class OrtPasses:
         return torch.from_numpy(hidden[0]), torch.from_numpy(logits[0])
 
 
-__all__ = ["DecodeStep", "OrtPasses", "OrtSteps", "export_step", "export_steps", "fingerprint", "load"]
+__all__ = ["DecodeStep", "OrtPasses", "OrtSteps", "cache_rows", "export_step", "export_steps", "fingerprint", "load"]
