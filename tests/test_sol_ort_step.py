@@ -1,9 +1,12 @@
 """leir_models.sol.ort_step: the whole single-token pass as one graph per
 keep level. ``DecodeStep`` against the transformers model's own pass (with
-grouped key/value heads too), every exported graph against ``DecodeStep``
-on the same inputs, a keep-0.5 graph physically narrower, int8 graphs with
-integer products, and ``decode.generate`` on ``OrtPasses`` token for token
-against torch, each token on its action's session.
+grouped key/value heads too, and junk in the buffers' spare rows), every
+exported graph against ``DecodeStep`` on the same inputs, the past read in
+place (each buffer input feeds a product directly), a keep-0.5 graph
+physically narrower, int8 graphs with integer products, ``decode.generate``
+on ``OrtPasses`` token for token against torch, each token on its action's
+session, through buffer growth up to the context's end, and the policy's
+graph against the policy.
 
 Tolerances: ``DecodeStep`` in torch within 1e-5 of the logits' scale (the
 same arithmetic in another order); fp32 graphs within 1e-4 of the output's
@@ -50,20 +53,34 @@ def test_the_step_module_computes_the_transformers_pass(heads, kv_heads, tied, k
     model = decode.prepare(_random_llama(heads, kv_heads, tied))
     ids = [3, 17, 42, 8, 91, 5, 60]
     state = decode.prefill(model, ids)
-    past_k, past_v = ort_step.cache_rows(state.cache)
+    keys, values = ort_step.buffers(state.cache, len(ids) + 5)
+    rng = np.random.default_rng(0)
+    keys[..., len(ids):] = rng.normal(size=keys[..., len(ids):].shape) * 50  # spare rows: junk the mask must hide
+    values[:, :, len(ids):] = rng.normal(size=values[:, :, len(ids):].shape) * 50
     token = 23
     hidden, logits, cache = decode.run_tokens(model, [token], len(ids), state.cache, keep)
     step = ort_step.DecodeStep(model, keep)
     with torch.no_grad():
         got_logits, got_hidden, k, v = step(model.get_input_embeddings().weight[[token]], torch.tensor([len(ids)]),
-                                            past_k, past_v)
+                                            *torch.from_numpy(keys), *torch.from_numpy(values))
     scale = float(logits.abs().max())
     assert torch.allclose(got_logits[0], logits[-1], atol=1e-5 * scale)
     assert torch.allclose(got_hidden[0], hidden[-1], atol=1e-5 * float(hidden.abs().max()))
-    all_k, all_v = ort_step.cache_rows(cache)  # the cache now holds the token's keys and values as its last row
-    assert torch.allclose(k[0], all_k[-1], atol=1e-6) and torch.allclose(v[0], all_v[-1], atol=1e-6)
+    # The cache now holds the token's keys and values as its last position.
+    want_k = torch.stack([layer.keys[0, :, -1] for layer in cache.layers])
+    want_v = torch.stack([layer.values[0, :, -1] for layer in cache.layers])
+    assert k.shape == want_k.shape and torch.allclose(k, want_k, atol=1e-6) and torch.allclose(v, want_v, atol=1e-6)
     mlp = step.layers[0].mlp
     assert mlp.gate_proj.weight.shape[0] == knobs.keep_width(48, keep)  # a physically narrower MLP
+
+
+def test_buffers_refuse_a_capacity_below_the_cache():
+    model = decode.prepare(_random_llama(2, 2, True))
+    state = decode.prefill(model, [3, 4, 5])
+    keys, values = ort_step.buffers(state.cache)
+    assert keys.shape == (2, 2, 16, 3) and values.shape == (2, 2, 3, 16)
+    with pytest.raises(ValueError, match="capacity 2 is below the cache's 3 positions"):
+        ort_step.buffers(state.cache, 2)
 
 
 @pytest.fixture(scope="module")
@@ -81,19 +98,19 @@ def steps_int8(torch_model, cache):
     return ort_step.load(torch_model, "int8", cache)
 
 
-def _inputs(model, seq, length=20):
+def _inputs(model, seq, length=20, spare=9):
     state = decode.prefill(model, seq[:length])
-    past_k, past_v = ort_step.cache_rows(state.cache)
-    embedded = model.get_input_embeddings().weight[[seq[length]]].detach().numpy()
-    return {"embedded": embedded, "position": np.array([length], np.int64),
-            "past_keys": past_k.numpy(), "past_values": past_v.numpy()}
+    keys, values = ort_step.buffers(state.cache, length + spare)
+    return ort_step.feed(model.get_input_embeddings().weight[seq[length]].detach().numpy(), length, keys, values)
 
 
 def test_every_step_graph_matches_the_torch_step(torch_model, steps_fp32, steps_int8, seqs):
     feed = _inputs(torch_model, seqs[0])
+    names = ort_step.input_names(torch_model.config.num_hidden_layers)
+    assert list(feed) == names == [i.name for i in steps_fp32.sessions[1.0].get_inputs()]
     for keep in ACTIONS:
         with torch.no_grad():
-            want = ort_step.DecodeStep(torch_model, keep)(*(torch.from_numpy(feed[n]) for n in ort_step.INPUTS))
+            want = ort_step.DecodeStep(torch_model, keep)(*(torch.from_numpy(feed[n]) for n in names))
         want = [w.numpy() for w in want]
         got = steps_fp32.sessions[keep].run(list(ort_step.OUTPUTS), feed)
         for g, w in zip(got, want):
@@ -101,6 +118,23 @@ def test_every_step_graph_matches_the_torch_step(torch_model, steps_fp32, steps_
             assert np.abs(g - w).max() <= 1e-4 * max(1.0, float(np.abs(w).max()))
         got8 = steps_int8.sessions[keep].run(list(ort_step.OUTPUTS), feed)
         assert np.linalg.norm(got8[0] - want[0]) <= INT8_REL_TOL * np.linalg.norm(want[0])
+
+
+def test_the_graphs_read_the_past_in_place(torch_model, steps_fp32, steps_int8):
+    """Every key/value buffer input is consumed by one product and nothing
+    else (but a ``Shape``, which reads its capacity, not its data): no slice,
+    transpose, concat or cast copies the past per token."""
+    layers = torch_model.config.num_hidden_layers
+    buffer_inputs = set(ort_step.input_names(layers)[2:])
+    for steps in (steps_fp32, steps_int8):
+        for keep in ACTIONS:
+            path = ort_step.graph_path(steps.directory,
+                                       knobs.keep_width(int(torch_model.config.intermediate_size), keep),
+                                       steps.precision)
+            graph = onnx.load(str(path)).graph
+            consumers = {name: [n.op_type for n in graph.node if name in n.input and n.op_type != "Shape"]
+                         for name in buffer_inputs}
+            assert all(ops == ["MatMul"] for ops in consumers.values()), consumers
 
 
 def _dims(path) -> set[int]:
@@ -143,7 +177,26 @@ def test_static_half_keep_runs_the_half_keep_graph_past_a_growing_buffer(torch_m
     got = decode.generate(torch_model, prompt, N, "static", action=half, stop_ids=[], passes=passes)
     assert got.tokens == want.tokens and got.net_keep == 0.5
     assert steps_fp32.calls[0.5] - before[0.5] == N - 1 and steps_fp32.calls[1.0] == before[1.0]
-    assert passes.length == len(prompt) + N - 1 and len(passes.keys) >= passes.length
+    # 5 prompt positions + 3 spare rows; full at the fourth token, doubled to 16, which the 11 passes fit.
+    assert passes.length == len(prompt) + N - 1 == 16 and passes.capacity == 16 and passes.binds == 2
+
+
+def test_decoding_to_the_contexts_end_caps_the_buffers_at_the_context(torch_model, steps_fp32, seqs, monkeypatch):
+    limit = torch_model.config.max_position_embeddings
+    monkeypatch.setattr(ort_step, "BUFFER_SLACK", 2)
+    prompt = (seqs[0] * (limit // len(seqs[0]) + 1))[:limit - 5]
+    want = decode.generate(torch_model, prompt, 20, "dense", stop_ids=[])
+    passes = ort_step.OrtPasses(torch_model, steps_fp32)
+    got = decode.generate(torch_model, prompt, 20, "dense", stop_ids=[], passes=passes)
+    assert got.stopped == want.stopped == "context" and got.tokens == want.tokens
+    assert passes.length == passes.capacity == limit
+    with pytest.raises(ValueError, match=f"the context is full \\({limit} positions\\)"):
+        passes.step(got.tokens[-1], 1.0)
+
+
+def test_a_pass_before_the_prefill_is_refused(torch_model, steps_fp32):
+    with pytest.raises(ValueError, match="prefill first"):
+        ort_step.OrtPasses(torch_model, steps_fp32).step(3, 1.0)
 
 
 def test_sol_decode_on_int8_step_graphs_runs_each_actions_graph(torch_model, steps_int8, seqs):
@@ -157,6 +210,29 @@ def test_sol_decode_on_int8_step_graphs_runs_each_actions_graph(torch_model, ste
     for a, keep in enumerate(ACTIONS):
         assert steps_int8.calls[keep] - before[keep] == got.actions.count(a)
     assert got.net_keep < 1.0
+
+
+def test_the_policy_graph_gives_the_policys_logits_and_actions(torch_model, steps_fp32, seqs, cache):
+    torch.manual_seed(1)
+    policy = SolPolicy(PolicyConfig(hidden_size=torch_model.config.hidden_size)).eval()
+    with torch.no_grad():
+        policy.head.weight.normal_()  # an untrained head is 0.1x: make the network's part count
+    ort_policy = ort_step.OrtPolicy(policy, cache)
+    feats = torch.randn(5, policy.in_features)
+    with torch.no_grad():
+        for f in feats:
+            assert torch.allclose(ort_policy(f), policy(f), atol=1e-5)
+    assert ort_step.OrtPolicy(policy, cache).path == ort_policy.path  # cached by its weights
+
+    def run(logits_of):
+        return decode.generate(torch_model, seqs[1][:24], 16, "sol", policy=policy, target=0.6, greedy_policy=False,
+                               generator=torch.Generator().manual_seed(3), stop_ids=[],
+                               passes=ort_step.OrtPasses(torch_model, steps_fp32), policy_logits=logits_of)
+
+    calls = ort_policy.calls
+    on_torch, on_ort = run(None), run(ort_policy)
+    assert on_ort.actions == on_torch.actions and len(set(on_ort.actions)) > 1
+    assert ort_policy.calls - calls == len(on_ort.actions) == 15
 
 
 def test_a_second_load_exports_nothing_and_other_weights_get_other_graphs(torch_model, steps_fp32, cache,

@@ -194,8 +194,11 @@ class Chooser:
     module doc): the position, the running deviation of the realized net
     keep from the target, the previous action; reset every ``episode`` steps."""
 
-    def __init__(self, policy: SolPolicy, target: float, intermediate: int | None = None):
+    def __init__(self, policy: SolPolicy, target: float, intermediate: int | None = None, logits_of=None):
         self.policy, self.target, self.intermediate = policy, float(target), intermediate
+        #: What computes the policy's logits from one step's features: the
+        #: policy itself, or the same network elsewhere (``ort_step.OrtPolicy``).
+        self.logits_of = logits_of if logits_of is not None else policy
         self.episode = policy.config.episode
         self.reset()
 
@@ -210,7 +213,7 @@ class Chooser:
     def choose(self, feats: torch.Tensor, greedy: bool, generator: torch.Generator | None) -> tuple[int, float]:
         """(action, its log-probability under the policy)."""
         with torch.no_grad():
-            logp = torch.log_softmax(self.policy(feats), -1)
+            logp = torch.log_softmax(self.logits_of(feats), -1)
         action = int(logp.argmax()) if greedy else int(torch.multinomial(logp.exp(), 1, generator=generator))
         return action, float(logp[action])
 
@@ -264,7 +267,7 @@ class Decoded:
 def generate(model, prompt_ids: Sequence[int], max_tokens: int, mode: str = "dense", *, policy: SolPolicy | None = None,
              action: int = 0, target: float = 1.0, greedy_policy: bool = True, generator: torch.Generator | None = None,
              stop_ids: Sequence[int] | None = None, attention_keep: attention.AttentionKeep | None = None,
-             never_ids: Sequence[int] = (), passes=None) -> Decoded:
+             never_ids: Sequence[int] = (), passes=None, policy_logits=None) -> Decoded:
     """Greedy decoding of ``prompt_ids`` for at most ``max_tokens`` tokens on a
     ``prepare``\\ d model. ``mode``: ``"dense"``, ``"static"`` (``action`` for
     every pass) or ``"sol"`` (``policy`` at budget ``target``; its own action
@@ -276,7 +279,9 @@ def generate(model, prompt_ids: Sequence[int], max_tokens: int, mode: str = "den
     tokens it never contains, as ``lm.reasoning.decode_greedy`` masks them).
     ``passes``: what runs the prefill and each token's pass (default
     ``TorchPasses(model)``; ``ort_step.OrtPasses`` runs them on ONNX
-    Runtime, without the attention keep)."""
+    Runtime, without the attention keep). ``policy_logits``: what computes
+    the policy's logits from its features in ``"sol"`` mode (default the
+    ``policy`` module; ``ort_step.OrtPolicy(policy)`` on ONNX Runtime)."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r} is not one of {MODES}")
     if mode == "sol" and policy is None:
@@ -284,7 +289,7 @@ def generate(model, prompt_ids: Sequence[int], max_tokens: int, mode: str = "den
     stops = set(stop_ids if stop_ids is not None else [model.config.eos_token_id])
     limit = model.config.max_position_embeddings
     inter = intermediate_size(model)
-    chooser = Chooser(policy, target, inter) if mode == "sol" else None
+    chooser = Chooser(policy, target, inter, policy_logits) if mode == "sol" else None
     pages = None
     if attention_keep is not None and attention_keep.keep < 1.0:
         if passes is not None:

@@ -238,6 +238,7 @@ def measure_runtimes(model_dir, policy_dir, data_dir, prompts: int = 8, max_toke
     records = [r for r in load_records(data_dir)[0] if r.get("split") == split][:prompts]
     from leir_models.sol import ort_step
 
+    ort_policy = ort_step.OrtPolicy(policy, cache_dir, threads=threads)
     models = {}
     # The MLPs alone on ONNX Runtime (``install``), and each token's whole pass (``ort_step``).
     for name, precision, whole in (("torch", None, False), ("onnx fp32", "fp32", False),
@@ -274,7 +275,8 @@ def measure_runtimes(model_dir, policy_dir, data_dir, prompts: int = 8, max_toke
                     gen = torch.Generator().manual_seed(0)
                     done = [decode.generate(model, p, max_tokens, "sol", policy=policy, target=target,
                                             greedy_policy=False, generator=gen, stop_ids=[],
-                                            passes=runner_of(model, steps)) for p in ids]
+                                            passes=runner_of(model, steps),
+                                            policy_logits=ort_policy if steps is not None else None) for p in ids]
                 passes = sum(len(d.actions) for d in done)
                 seconds = sum(d.seconds - d.prefill_seconds for d in done)
                 runs.setdefault((runtime, mode), []).append({
@@ -296,7 +298,8 @@ def measure_runtimes(model_dir, policy_dir, data_dir, prompts: int = 8, max_toke
             "providers": {name: p for name, (_, p, _) in models.items()}, "rows": rows,
             "mlp_ms_per_token": {name: mlp_ms_per_token(model) for name, (model, _, steps) in models.items()
                                  if steps is None},
-            "policy_ms_per_token": round(_policy_ms(policy, models["torch"][0]), 3)}
+            "policy_ms_per_token": round(policy_step_ms(policy, models["torch"][0]), 3),
+            "policy_ms_per_token_onnx": round(policy_step_ms(policy, models["torch"][0], ort_policy), 3)}
 
 
 @torch.no_grad()
@@ -323,12 +326,13 @@ def mlp_ms_per_token(model, repeats: int = 500) -> dict[str, float]:
     return out
 
 
-def _policy_ms(policy, model, repeats: int = 2000) -> float:
+def policy_step_ms(policy, model, logits_of=None, repeats: int = 2000) -> float:
     """Milliseconds of one policy step in the decode loop (features, forward,
-    sampling: ``decode.Chooser``), on torch."""
+    sampling: ``decode.Chooser``), its forward on torch or on ``logits_of``
+    (``ort_step.OrtPolicy``)."""
     from leir_models.sol import decode
 
-    chooser = decode.Chooser(policy, 0.5, int(model.config.intermediate_size))
+    chooser = decode.Chooser(policy, 0.5, int(model.config.intermediate_size), logits_of)
     hidden = torch.zeros(model.config.hidden_size)
     embedding = decode.embed(model, 3)
     generator = torch.Generator().manual_seed(0)

@@ -17,27 +17,39 @@ exports them: physically smaller matrices), the final norm and the head.
   one graph. Inputs the token's input embedding ``[1, D]`` (looked up
   outside the graph: the embedding is also the output head's weight in a
   tied model, and ONNX Runtime's quantizer breaks a weight that a lookup
-  and a product share), ``position`` ``[1]`` (int64) and the past keys and
-  values, ``[P, layers, kv_heads, head_dim]`` each (P >= 1, the
-  positions before this token: position-major, so that the first P rows of a
-  buffer are a contiguous prefix); outputs the logits ``[1, V]``, the final
+  and a product share), ``position`` ``[1]`` (int64: the number of past
+  positions) and each layer's key and value buffers, keys ``[kv_heads,
+  head_dim, C]`` (transposed, as the score product reads them) and values
+  ``[kv_heads, C, head_dim]``, ``C`` >= position, the rows from
+  ``position`` on masked out; outputs the logits ``[1, V]``, the final
   hidden state ``[1, D]`` (what the SOL policy reads) and this token's keys
-  and values ``[1, layers, kv_heads, head_dim]``. It computes what the
-  transformers model computes for that token (tested against it at every
-  keep level).
+  and values ``[layers, kv_heads, head_dim]``. The token's own key and
+  value are attended beside the past, not concatenated to it, so the graph
+  copies nothing of the past (the first version took the past as one
+  position-major input, sliced it per layer and concatenated the new key:
+  three copies of the whole cache per token, which cost more than the MLPs
+  at 700 positions: docs/sol.md). It computes what the transformers model
+  computes for that token (tested against it at every keep level).
 - ``export_steps``: one fp32 graph per keep level and its int8 quantization
-  (``onnx_blocks.quantize_int8``), written once into the cache directory
-  ``ort_runtime`` uses (``onnx_blocks.default_cache_dir``) under a fingerprint of *all* the weights; each file written
-  under a temporary name and renamed.
+  (``onnx_blocks.quantize_int8``: the weights' products; the attention's
+  products of two activations stay fp32), written once into the cache
+  directory ``ort_runtime`` uses (``onnx_blocks.default_cache_dir``) under a
+  fingerprint of *all* the weights; each file written under a temporary
+  name and renamed.
 - ``OrtSteps`` (``load``): the sessions of one precision, one per level, and
   the providers really in use (``onnx_blocks.provider_report``).
 - ``OrtPasses``: what ``decode.generate`` runs its passes with when given
   (``passes=``): the prompt is read by the torch model (dense, once: a
   prefill of many tokens is one batch of products, where eager torch's
-  per-module overhead is paid once), its key/value cache copied into a
-  position-major numpy buffer, and every decoded token is one session run
-  at that token's keep level, its new keys and values written into the
-  buffer's next row (the buffer doubles when full).
+  per-module overhead is paid once), its key/value cache copied into the
+  buffers (``buffers``: with spare rows; they double when full, up to the
+  model's context), and every decoded token is one session run at that
+  token's keep level through I/O bindings made once (no input or output is
+  allocated or copied per token but the token's own keys and values,
+  written into the buffers' next position).
+- ``OrtPolicy``: the SOL policy's forward as one small graph, so a SOL
+  token's choice does not go through eager torch (``decode.generate``'s
+  ``policy_logits``).
 
 The attention keep knob (``attention.AttentionKeep``) is not in these graphs:
 it never engages on the shipped model (its ``min_context`` is above the
@@ -60,8 +72,7 @@ from leir_models.sol import knobs, onnx_blocks
 from leir_models.sol.knobs import MLP_LEVELS, keep_width
 
 #: Bumped when the graphs change (part of the cache key).
-CACHE_FORMAT = "leir-sol-onnx-step/1"
-INPUTS = ("embedded", "position", "past_keys", "past_values")
+CACHE_FORMAT = "leir-sol-onnx-step/2"
 OUTPUTS = ("logits", "hidden", "keys", "values")
 #: Rows the key/value buffer gets beyond the prompt at first (it doubles when full).
 BUFFER_SLACK = 256
@@ -85,7 +96,15 @@ class DecodeStep(nn.Module):
     """One decoded token's pass through ``model`` (a ``LlamaForCausalLM``,
     ``decode.prepare``\\ d or not) with every MLP at ``keep`` (module doc).
     Shares the attention, norm, embedding and head weights with ``model``;
-    the MLPs are ``keep``-wide copies."""
+    the MLPs are ``keep``-wide copies.
+
+    ``forward(embedded, position, keys_0, ..., keys_{L-1}, values_0, ...,
+    values_{L-1})``: layer ``i``'s past keys ``[kv_heads, head_dim, C]``
+    (transposed: the score product reads them as they lie) and values
+    ``[kv_heads, C, head_dim]``, ``C >= position`` positions of which the
+    first ``position`` are this token's past and the rest are masked out
+    (a buffer's spare rows). The new token's own key and value are attended
+    separately and returned, never concatenated to the past."""
 
     def __init__(self, model, keep: float = 1.0):
         super().__init__()
@@ -111,14 +130,16 @@ class DecodeStep(nn.Module):
         rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
         return x * cos + rotated * sin
 
-    def forward(self, embedded: torch.Tensor, position: torch.Tensor, past_keys: torch.Tensor,
-                past_values: torch.Tensor):
+    def forward(self, embedded: torch.Tensor, position: torch.Tensor, *caches: torch.Tensor):
         heads, kv_heads, hd = self.heads, self.kv_heads, self.head_dim
-        group = heads // kv_heads
+        group, n_layers = heads // kv_heads, len(self.layers)
+        past_keys, past_values = caches[:n_layers], caches[n_layers:]
         x = embedded  # [1, D]
         freqs = position.to(torch.float32)[:, None] * self.inv_freq[None, :]  # [1, hd/2]
         angles = torch.cat((freqs, freqs), dim=-1)
         cos, sin = angles.cos() * self.rope_scaling, angles.sin() * self.rope_scaling  # [1, hd]
+        capacity = past_keys[0].shape[-1]
+        masked = torch.arange(capacity) >= position  # [C]: the buffer's spare rows
         scale = hd ** -0.5
         new_keys, new_values = [], []
         for i, layer in enumerate(self.layers):
@@ -126,19 +147,48 @@ class DecodeStep(nn.Module):
             q = self._rotate(layer.q(h).reshape(heads, hd), cos, sin)  # [H, hd]
             k = self._rotate(layer.k(h).reshape(kv_heads, hd), cos, sin)  # [Hkv, hd]
             v = layer.v(h).reshape(kv_heads, hd)
-            keys = torch.cat((past_keys[:, i], k[None]), dim=0)  # [P+1, Hkv, hd]
-            values = torch.cat((past_values[:, i], v[None]), dim=0)
-            qg = q.reshape(kv_heads, group, hd)  # the query heads that share a key/value head
-            scores = torch.matmul(qg, keys.permute(1, 2, 0)) * scale  # [Hkv, group, P+1]
-            probs = torch.softmax(scores, dim=-1)
-            out = torch.matmul(probs, values.permute(1, 0, 2))  # [Hkv, group, hd]
+            qg = q.reshape(kv_heads, group, hd) * scale  # the query heads that share a key/value head
+            past = torch.matmul(qg, past_keys[i]).masked_fill(masked, float("-inf"))  # [Hkv, group, C]
+            own = (qg * k[:, None, :]).sum(-1, keepdim=True)  # [Hkv, group, 1]: the token's own key
+            probs = torch.softmax(torch.cat((past, own), dim=-1), dim=-1)
+            out = torch.matmul(probs[..., :-1], past_values[i]) + probs[..., -1:] * v[:, None, :]  # [Hkv, group, hd]
             x = x + layer.o(out.reshape(1, heads * hd))
             x = x + layer.mlp(self._rms(layer.norm_post, x))
             new_keys.append(k)
             new_values.append(v)
         hidden = self._rms(self.norm, x)
         logits = self.head(hidden)
-        return logits, hidden, torch.stack(new_keys)[None], torch.stack(new_values)[None]
+        return logits, hidden, torch.stack(new_keys), torch.stack(new_values)
+
+
+def input_names(layers: int) -> list[str]:
+    """The step graph's inputs, in ``DecodeStep.forward``'s order."""
+    return ["embedded", "position", *(f"keys_{i}" for i in range(layers)), *(f"values_{i}" for i in range(layers))]
+
+
+def buffers(cache, capacity: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """A transformers key/value cache (each layer's ``[1, kv_heads, P,
+    head_dim]``) as the step's buffers: keys ``[layers, kv_heads, head_dim,
+    capacity]`` and values ``[layers, kv_heads, capacity, head_dim]``,
+    float32, zero beyond the ``P`` positions (``capacity`` >= P, default P)."""
+    keys = torch.stack([layer.keys[0] for layer in cache.layers]).float()  # [L, Hkv, P, hd]
+    values = torch.stack([layer.values[0] for layer in cache.layers]).float()
+    layers, kv, rows, hd = keys.shape
+    capacity = rows if capacity is None else capacity
+    if capacity < rows:
+        raise ValueError(f"capacity {capacity} is below the cache's {rows} positions")
+    k_buf = np.zeros((layers, kv, hd, capacity), np.float32)
+    v_buf = np.zeros((layers, kv, capacity, hd), np.float32)
+    k_buf[..., :rows] = keys.transpose(-1, -2).numpy()
+    v_buf[:, :, :rows] = values.numpy()
+    return k_buf, v_buf
+
+
+def feed(embedded: np.ndarray, position: int, keys: np.ndarray, values: np.ndarray) -> dict[str, np.ndarray]:
+    """The step graph's inputs by name, from ``buffers``' two arrays."""
+    layers = keys.shape[0]
+    return dict(zip(input_names(layers), [np.asarray(embedded, np.float32).reshape(1, -1),
+                                          np.array([position], np.int64), *keys, *values]))
 
 
 # ------------------------------------------------------------ export
@@ -165,15 +215,18 @@ def fingerprint(model, keeps: Sequence[float] = MLP_LEVELS) -> str:
 @torch.no_grad()
 def export_step(model, path: str | Path, keep: float = 1.0) -> Path:
     """``DecodeStep(model, keep)`` as an ONNX graph at ``path`` (weights
-    inside the file); the past's length is dynamic (>= 1)."""
+    inside the file); the buffers' capacity is dynamic (>= 1)."""
     path = Path(path)
     step = DecodeStep(model, keep).float().eval()
     layers, kv, hd = len(step.layers), step.kv_heads, step.head_dim
-    past = torch.zeros(3, layers, kv, hd)
-    example = (torch.zeros(1, model.config.hidden_size), torch.tensor([3]), past, past.clone())
-    p = torch.export.Dim("past", min=1)
-    torch.onnx.export(step, example, str(path), dynamo=True, input_names=list(INPUTS), output_names=list(OUTPUTS),
-                      dynamic_shapes=(None, None, {0: p}, {0: p}), external_data=False, verbose=False)
+    capacity = 7  # a size no other axis has, so that the exporter keeps it symbolic
+    keys = [torch.zeros(kv, hd, capacity) for _ in range(layers)]
+    values = [torch.zeros(kv, capacity, hd) for _ in range(layers)]
+    example = (torch.zeros(1, model.config.hidden_size), torch.tensor([3]), *keys, *values)
+    c = torch.export.Dim("capacity", min=1)
+    dynamic = (None, None, (*({2: c} for _ in keys), *({1: c} for _ in values)))  # forward's *caches: one entry
+    torch.onnx.export(step, example, str(path), dynamo=True, input_names=input_names(layers),
+                      output_names=list(OUTPUTS), dynamic_shapes=dynamic, external_data=False, verbose=False)
     return path
 
 
@@ -254,38 +307,76 @@ def load(model, precision: str = "fp32", cache_dir: str | Path | None = None, th
     return steps
 
 
-def cache_rows(cache) -> tuple[torch.Tensor, torch.Tensor]:
-    """A transformers key/value cache (each layer's ``[1, kv_heads, P,
-    head_dim]``) as the step's position-major past: keys and values
-    ``[P, layers, kv_heads, head_dim]``, float32."""
-    keys = torch.stack([layer.keys[0].permute(1, 0, 2) for layer in cache.layers], dim=1)
-    values = torch.stack([layer.values[0].permute(1, 0, 2) for layer in cache.layers], dim=1)
-    return keys.float(), values.float()
-
-
 class OrtPasses:
     """``decode.generate``'s passes on ``steps`` (module doc): the prompt
-    read densely by the torch ``model``, each decoded token one session run."""
+    read densely by the torch ``model``, each decoded token one session run.
+
+    Nothing of the past is copied per token: the key/value buffers
+    (``buffers``' layout) and the per-token inputs and outputs are numpy
+    arrays bound to every session once (ONNX Runtime's I/O binding, by
+    address), rebound only when the buffers grow; a token writes its inputs
+    in place, runs, and its new keys and values are written into the
+    buffers' next position. (A CUDA session reads the bound host memory
+    through a copy ONNX Runtime makes; device-resident buffers are the next
+    step there.)"""
 
     def __init__(self, model, steps: OrtSteps):
         self.model, self.steps = model, steps
+        config = model.config
         self.embedding = model.get_input_embeddings().weight.detach().float().numpy()
+        self.limit = int(config.max_position_embeddings)
         self.length = 0
         self.keys = self.values = None
+        self.embedded = np.zeros((1, self.embedding.shape[1]), np.float32)
+        self.position = np.zeros(1, np.int64)
+        self.bindings: dict[float, object] = {}
+        #: Times the buffers were (re)bound: once per prefill, once per growth.
+        self.binds = 0
+
+    @property
+    def capacity(self) -> int:
+        """Positions the buffers hold (the past and spare rows)."""
+        return 0 if self.keys is None else self.keys.shape[-1]
+
+    def _bind(self) -> None:
+        layers, kv, hd = self.keys.shape[:3]
+        self.logits = np.zeros((1, self.model.get_output_embeddings().weight.shape[0]), np.float32)
+        self.hidden = np.zeros_like(self.embedded)
+        self.new_keys, self.new_values = np.zeros((layers, kv, hd), np.float32), np.zeros((layers, kv, hd), np.float32)
+        inputs = [self.embedded, self.position, *self.keys, *self.values]  # each layer's buffer: a contiguous view
+        outputs = [self.logits, self.hidden, self.new_keys, self.new_values]
+        self.bindings = {}
+        for keep, session in self.steps.sessions.items():
+            binding = session.io_binding()
+            for name, array in zip(input_names(layers), inputs):
+                binding.bind_input(name, "cpu", 0, array.dtype.type, list(array.shape), array.ctypes.data)
+            for name, array in zip(OUTPUTS, outputs):
+                binding.bind_output(name, "cpu", 0, array.dtype.type, list(array.shape), array.ctypes.data)
+            self.bindings[keep] = binding
+        self.binds += 1
 
     def prefill(self, ids: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Read ``ids`` with the torch model (dense); the key/value buffer
-        holds their keys and values. (hidden ``(D,)``, logits ``(V,)``) of the last."""
+        """Read ``ids`` with the torch model (dense); the buffers hold their
+        keys and values. (hidden ``(D,)``, logits ``(V,)``) of the last."""
         from leir_models.sol import decode
 
         state = decode.prefill(self.model, ids)
-        keys, values = cache_rows(state.cache)
         rows = len(ids)
-        shape = (rows + BUFFER_SLACK, *keys.shape[1:])
-        self.keys, self.values = np.zeros(shape, np.float32), np.zeros(shape, np.float32)
-        self.keys[:rows], self.values[:rows] = keys.numpy(), values.numpy()
+        self.keys, self.values = buffers(state.cache, max(rows, min(rows + BUFFER_SLACK, self.limit)))
         self.length = rows
+        self._bind()
         return state.hidden, state.logits
+
+    def _grow(self) -> None:
+        capacity = self.capacity
+        if capacity >= self.limit:
+            raise ValueError(f"the context is full ({self.limit} positions)")
+        grown = min(2 * capacity, self.limit)
+        keys = np.zeros((*self.keys.shape[:3], grown), np.float32)
+        values = np.zeros((*self.values.shape[:2], grown, self.values.shape[3]), np.float32)
+        keys[..., :capacity], values[:, :, :capacity] = self.keys, self.values
+        self.keys, self.values = keys, values
+        self._bind()
 
     def step(self, token: int, keep: float) -> tuple[torch.Tensor, torch.Tensor]:
         """Token ``token`` at the next position, every MLP at ``keep``:
@@ -293,18 +384,67 @@ class OrtPasses:
         session = self.steps.sessions.get(keep)
         if session is None:
             raise ValueError(f"no step graph at keep {keep} (exported: {sorted(self.steps.sessions)})")
-        if self.length >= len(self.keys):
-            self.keys = np.concatenate([self.keys, np.zeros_like(self.keys)])
-            self.values = np.concatenate([self.values, np.zeros_like(self.values)])
+        if self.keys is None:
+            raise ValueError("prefill first: the buffers hold no past")
         n = self.length
-        embedded = self.embedding[token:token + 1]
-        logits, hidden, k, v = session.run(list(OUTPUTS), {
-            "embedded": embedded, "position": np.array([n], np.int64),
-            "past_keys": self.keys[:n], "past_values": self.values[:n]})
-        self.keys[n], self.values[n] = k[0], v[0]
+        if n >= self.capacity:
+            self._grow()
+        self.embedded[0] = self.embedding[token]
+        self.position[0] = n
+        session.run_with_iobinding(self.bindings[keep])
+        self.keys[..., n], self.values[:, :, n] = self.new_keys, self.new_values
         self.length = n + 1
         self.steps.calls[keep] += 1
-        return torch.from_numpy(hidden[0]), torch.from_numpy(logits[0])
+        return torch.from_numpy(self.hidden[0].copy()), torch.from_numpy(self.logits[0].copy())
 
 
-__all__ = ["DecodeStep", "OrtPasses", "OrtSteps", "cache_rows", "export_step", "export_steps", "fingerprint", "load"]
+# ------------------------------------------------------------ the policy
+
+
+POLICY_FORMAT = "leir-sol-onnx-policy/1"
+
+
+@torch.no_grad()
+def export_policy(policy, cache_dir: str | Path | None = None) -> Path:
+    """``policy``'s forward (features ``[1, F]`` -> logits ``[1, A]``) as an
+    fp32 ONNX graph in ``cache_dir/policy-<hash of its weights>/``
+    (default ``onnx_blocks.default_cache_dir()``); reused when there."""
+    h = hashlib.sha256(json.dumps({"format": POLICY_FORMAT, "config": policy.config.to_json()},
+                                  sort_keys=True).encode())
+    for name, t in sorted(policy.state_dict().items()):
+        h.update(name.encode())
+        h.update(t.detach().float().contiguous().numpy().tobytes())
+    directory = Path(cache_dir or onnx_blocks.default_cache_dir()) / f"policy-{h.hexdigest()[:24]}"
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def write(tmp):
+        module = policy.float().eval()
+        torch.onnx.export(module, (torch.zeros(1, module.in_features),), str(tmp), dynamo=True,
+                          input_names=["features"], output_names=["logits"], external_data=False, verbose=False)
+
+    with onnx_blocks.quiet_export():
+        return onnx_blocks.write_graph(directory / "policy.onnx", write)
+
+
+class OrtPolicy:
+    """``policy`` on ONNX Runtime: called with one step's features
+    ``(F,)`` (``SolPolicy.features``), returns its logits ``(A,)`` as the
+    torch module does; what ``decode.generate``'s ``policy_logits`` takes."""
+
+    def __init__(self, policy, cache_dir: str | Path | None = None, threads: int | None = 1,
+                 providers: Sequence[str] = onnx_blocks.PROVIDERS, quiet: bool = True):
+        path = export_policy(policy, cache_dir)
+        with onnx_blocks.quiet_sessions(quiet):
+            self.session, self.report = onnx_blocks.ort_session(path, providers, threads)
+        self.path = path
+        #: Session runs (what the tests check).
+        self.calls = 0
+
+    def __call__(self, features: torch.Tensor) -> torch.Tensor:
+        (logits,) = self.session.run(["logits"], {"features": features.detach().float().reshape(1, -1).numpy()})
+        self.calls += 1
+        return torch.from_numpy(logits[0])
+
+
+__all__ = ["DecodeStep", "OrtPasses", "OrtPolicy", "OrtSteps", "buffers", "export_policy", "export_step",
+           "export_steps", "feed", "fingerprint", "input_names", "load"]

@@ -72,7 +72,7 @@ class Decoder:
     #: The net keep target the policy is given; None with no policy.
     budget: float | None
     #: "torch", or "onnx": each decoded token's whole pass on ONNX Runtime
-    #: (``ort_step``; the prompt is read and the policy runs on torch).
+    #: (``ort_step``; the prompt is read on torch, the policy on ONNX Runtime).
     runtime: str
     #: "fp32" or "int8" (int8 only on "onnx").
     precision: str
@@ -80,6 +80,8 @@ class Decoder:
     providers: list[str]
     #: The step graphs' sessions (``ort_step.OrtSteps``) on "onnx"; None on torch.
     steps: Any = None
+    #: The policy on ONNX Runtime (``ort_step.OrtPolicy``) on "onnx" with a policy; None otherwise.
+    policy_logits: Any = None
 
     @classmethod
     def prepare(cls, model, policy=None, orders=None, budget: float | None = None, runtime: str = "torch",
@@ -98,11 +100,13 @@ class Decoder:
             raise ValueError("a policy needs a budget, and a budget a policy")
         decode.prepare(model, orders)
         providers = [f"torch ({next(model.parameters()).device.type})"]
-        steps = None
+        steps = policy_logits = None
         if runtime == "onnx":
             steps = ort_step.load(model, precision, cache_dir, threads=threads or None)
             providers = steps.providers
-        return cls(model, policy, budget, runtime, precision, providers, steps)
+            if policy is not None:
+                policy_logits = ort_step.OrtPolicy(policy, cache_dir, threads=threads or None)
+        return cls(model, policy, budget, runtime, precision, providers, steps, policy_logits)
 
     def decode(self, ids: list[int], max_tokens: int = MAX_TOKENS, seed: int = 0):
         """``decode.generate`` after ``ids`` until ``<|eos|>``: densely, or
@@ -121,7 +125,8 @@ class Decoder:
                                    passes=passes)
         return decode.generate(self.model, ids, max_tokens, "sol", policy=self.policy, target=self.budget,
                                greedy_policy=False, generator=torch.Generator().manual_seed(seed),
-                               stop_ids=[tk.EOS_ID], never_ids=NEVER, passes=passes)
+                               stop_ids=[tk.EOS_ID], never_ids=NEVER, passes=passes,
+                               policy_logits=self.policy_logits)
 
     @property
     def where(self) -> str:
