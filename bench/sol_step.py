@@ -52,13 +52,6 @@ def old_module(commit: str, directory: Path):
     return module
 
 
-def loadavg() -> str:
-    try:
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    except OSError:
-        return "n/a"
-
-
 def time_step(passes, past: int, token: int, keep: float, repeats: int) -> float:
     """Median ms of one ``passes.step`` at position ``past`` (5 batches)."""
     batches = []
@@ -86,6 +79,7 @@ def main(argv=None) -> int:
 
     from leir_models.lm.store import load_model
     from leir_models.sol import decode, ort_runtime, ort_step
+    from leir_models.sol.ort_runtime import loadavg
     from leir_models.sol.policy import load_policy
 
     torch.set_num_threads(args.threads)

@@ -207,7 +207,7 @@ def install(model, precision: str = "fp32", cache_dir: str | Path | None = None,
 # ------------------------------------------------------------ the measurement
 
 
-def _loadavg() -> str:
+def loadavg() -> str:
     try:
         return " ".join(Path("/proc/loadavg").read_text().split()[:3])
     except OSError:
@@ -267,7 +267,7 @@ def measure_runtimes(model_dir, policy_dir, data_dir, prompts: int = 8, max_toke
     for _ in range(repeats):
         for runtime, (model, _, steps) in models.items():
             for mode, target in modes:
-                load = _loadavg()
+                load = loadavg()
                 if target is None:
                     done = [decode.generate(model, p, max_tokens, "dense", stop_ids=[], passes=runner_of(model, steps))
                             for p in ids]

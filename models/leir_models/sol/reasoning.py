@@ -254,7 +254,7 @@ def measure_explain(path: str | Path, budget: float, runtime: str = "torch", pre
     from leir.transforms.base import Context
     from leir_models.lm.ranker import ModelRanker
     from leir_models.lm.store import default_dir
-    from leir_models.sol.ort_runtime import _loadavg
+    from leir_models.sol.ort_runtime import loadavg
 
     torch.set_num_threads(threads)
     dense = ModelRanker.load(default_dir())
@@ -266,7 +266,7 @@ def measure_explain(path: str | Path, budget: float, runtime: str = "torch", pre
     steps = steps[:top or EXPLAIN_TOP]
     ctx = Context.of(doc.analysis)
     figures: dict[str, Any] = {"file": str(path), "steps": [s.key for s in steps], "budget": budget,
-                               "where": sol.decoder.where, "load_before": _loadavg()}
+                               "where": sol.decoder.where, "load_before": loadavg()}
     seconds: dict[str, list[float]] = {"dense": [], "sol": []}
     kept: dict[str, list[str | None]] = {}
     for _ in range(repeats):
@@ -274,7 +274,7 @@ def measure_explain(path: str | Path, budget: float, runtime: str = "torch", pre
             start = time.perf_counter()
             kept[name] = [ranker.explain(ctx, step, "llvm") for step in steps]
             seconds[name].append(time.perf_counter() - start)
-    figures["load_after"] = _loadavg()
+    figures["load_after"] = loadavg()
     for name in seconds:
         figures[name] = {"seconds": [round(s, 2) for s in seconds[name]],
                          "median_s": round(statistics.median(seconds[name]), 2),
