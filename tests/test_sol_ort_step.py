@@ -168,7 +168,7 @@ def test_dense_greedy_decode_on_the_step_graphs_is_torchs(torch_model, steps_fp3
 
 
 def test_static_half_keep_runs_the_half_keep_graph_past_a_growing_buffer(torch_model, steps_fp32, seqs, monkeypatch):
-    monkeypatch.setattr(ort_step, "BUFFER_SLACK", 3)  # the buffer doubles twice within 12 tokens
+    monkeypatch.setattr(ort_step, "BUFFER_CHUNK", 4)  # the buffers grow twice within 12 tokens
     prompt = seqs[2][:5]
     half = ACTIONS.index(0.5)
     want = decode.generate(torch_model, prompt, N, "static", action=half, stop_ids=[])
@@ -177,13 +177,14 @@ def test_static_half_keep_runs_the_half_keep_graph_past_a_growing_buffer(torch_m
     got = decode.generate(torch_model, prompt, N, "static", action=half, stop_ids=[], passes=passes)
     assert got.tokens == want.tokens and got.net_keep == 0.5
     assert steps_fp32.calls[0.5] - before[0.5] == N - 1 and steps_fp32.calls[1.0] == before[1.0]
-    # 5 prompt positions + 3 spare rows; full at the fourth token, doubled to 16, which the 11 passes fit.
-    assert passes.length == len(prompt) + N - 1 == 16 and passes.capacity == 16 and passes.binds == 2
+    # 5 prompt positions: capacity 8 (two chunks); full at the fourth pass, 12; at the eighth, 16,
+    # which the 11 passes fit.
+    assert passes.length == len(prompt) + N - 1 == 16 and passes.capacity == 16 and passes.binds == 3
 
 
 def test_decoding_to_the_contexts_end_caps_the_buffers_at_the_context(torch_model, steps_fp32, seqs, monkeypatch):
     limit = torch_model.config.max_position_embeddings
-    monkeypatch.setattr(ort_step, "BUFFER_SLACK", 2)
+    monkeypatch.setattr(ort_step, "BUFFER_CHUNK", 3)
     prompt = (seqs[0] * (limit // len(seqs[0]) + 1))[:limit - 5]
     want = decode.generate(torch_model, prompt, 20, "dense", stop_ids=[])
     passes = ort_step.OrtPasses(torch_model, steps_fp32)
@@ -192,6 +193,14 @@ def test_decoding_to_the_contexts_end_caps_the_buffers_at_the_context(torch_mode
     assert passes.length == passes.capacity == limit
     with pytest.raises(ValueError, match=f"the context is full \\({limit} positions\\)"):
         passes.step(got.tokens[-1], 1.0)
+
+
+def test_the_capacity_is_chunked_and_capped_at_the_context():
+    chunk = ort_step.BUFFER_CHUNK
+    assert ort_step.chunked(1, 1024) == chunk
+    assert ort_step.chunked(chunk - 1, 1024) == chunk and ort_step.chunked(chunk, 1024) == 2 * chunk
+    assert ort_step.chunked(1020, 1024) == 1024 and ort_step.chunked(1024, 1024) == 1024
+    assert ort_step.chunked(10, 8) == 10  # never below the positions held
 
 
 def test_a_pass_before_the_prefill_is_refused(torch_model, steps_fp32):

@@ -42,8 +42,9 @@ exports them: physically smaller matrices), the final norm and the head.
   (``passes=``): the prompt is read by the torch model (dense, once: a
   prefill of many tokens is one batch of products, where eager torch's
   per-module overhead is paid once), its key/value cache copied into the
-  buffers (``buffers``: with spare rows; they double when full, up to the
-  model's context), and every decoded token is one session run at that
+  buffers (``buffers``: capacity rounded up to a multiple of
+  ``BUFFER_CHUNK`` positions, grown by a chunk when full, up to the model's
+  context), and every decoded token is one session run at that
   token's keep level through I/O bindings made once (no input or output is
   allocated or copied per token but the token's own keys and values,
   written into the buffers' next position).
@@ -74,8 +75,21 @@ from leir_models.sol.knobs import MLP_LEVELS, keep_width
 #: Bumped when the graphs change (part of the cache key).
 CACHE_FORMAT = "leir-sol-onnx-step/2"
 OUTPUTS = ("logits", "hidden", "keys", "values")
-#: Rows the key/value buffer gets beyond the prompt at first (it doubles when full).
-BUFFER_SLACK = 256
+#: The key/value buffers' capacity is a multiple of this many positions,
+#: grown by one chunk when full. Every pass reads the whole capacity (the
+#: spare positions masked), so spare rows cost as much as past ones: a first
+#: version with 256 spare rows, doubled when full, ran a pass at 128 past
+#: positions 5-23% slower than copying the past did (docs/sol.md); growing
+#: copies the buffers, about 12 MB at the shipped model's 1,024 positions,
+#: once per chunk.
+BUFFER_CHUNK = 64
+
+
+def chunked(positions: int, limit: int) -> int:
+    """The capacity that holds ``positions`` + 1 (the next token's row is
+    written after its pass): a multiple of ``BUFFER_CHUNK``, at most ``limit``
+    (and at least ``positions``)."""
+    return max(positions, min(-(-(positions + 1) // BUFFER_CHUNK) * BUFFER_CHUNK, limit))
 
 
 def _mlp(module: nn.Module) -> nn.Module:
@@ -362,7 +376,7 @@ class OrtPasses:
 
         state = decode.prefill(self.model, ids)
         rows = len(ids)
-        self.keys, self.values = buffers(state.cache, max(rows, min(rows + BUFFER_SLACK, self.limit)))
+        self.keys, self.values = buffers(state.cache, chunked(rows, self.limit))
         self.length = rows
         self._bind()
         return state.hidden, state.logits
@@ -371,7 +385,7 @@ class OrtPasses:
         capacity = self.capacity
         if capacity >= self.limit:
             raise ValueError(f"the context is full ({self.limit} positions)")
-        grown = min(2 * capacity, self.limit)
+        grown = chunked(capacity, self.limit)
         keys = np.zeros((*self.keys.shape[:3], grown), np.float32)
         values = np.zeros((*self.values.shape[:2], grown, self.values.shape[3]), np.float32)
         keys[..., :capacity], values[:, :, :capacity] = self.keys, self.values
