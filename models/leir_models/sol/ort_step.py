@@ -187,14 +187,20 @@ def buffers(cache, capacity: int | None = None) -> tuple[np.ndarray, np.ndarray]
     float32, zero beyond the ``P`` positions (``capacity`` >= P, default P)."""
     keys = torch.stack([layer.keys[0] for layer in cache.layers]).float()  # [L, Hkv, P, hd]
     values = torch.stack([layer.values[0] for layer in cache.layers]).float()
-    layers, kv, rows, hd = keys.shape
+    rows = keys.shape[2]
     capacity = rows if capacity is None else capacity
     if capacity < rows:
         raise ValueError(f"capacity {capacity} is below the cache's {rows} positions")
+    return resized(keys.transpose(-1, -2).numpy(), values.numpy(), capacity)
+
+
+def resized(keys: np.ndarray, values: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray]:
+    """New buffers of ``capacity`` (>= the positions ``keys`` and ``values``
+    hold, in ``buffers``' layout) holding them first, zero after."""
+    layers, kv, hd, rows = keys.shape
     k_buf = np.zeros((layers, kv, hd, capacity), np.float32)
     v_buf = np.zeros((layers, kv, capacity, hd), np.float32)
-    k_buf[..., :rows] = keys.transpose(-1, -2).numpy()
-    v_buf[:, :, :rows] = values.numpy()
+    k_buf[..., :rows], v_buf[:, :, :rows] = keys, values
     return k_buf, v_buf
 
 
@@ -219,11 +225,16 @@ def fingerprint(model, keeps: Sequence[float] = MLP_LEVELS) -> str:
     h = hashlib.sha256(json.dumps({"format": CACHE_FORMAT, "keeps": list(keeps), "config": shape},
                                   sort_keys=True, default=str).encode())
     h.update(model.model.rotary_emb.inv_freq.detach().float().cpu().numpy().tobytes())
-    for name, t in sorted(model.state_dict().items()):
+    _hash_weights(h, model)
+    return h.hexdigest()[:24]
+
+
+def _hash_weights(h, module: nn.Module) -> None:
+    """Every tensor of ``module``'s state, with its name and shape, into ``h``."""
+    for name, t in sorted(module.state_dict().items()):
         h.update(name.encode())
         h.update(str(tuple(t.shape)).encode())
         h.update(t.detach().float().contiguous().cpu().numpy().tobytes())
-    return h.hexdigest()[:24]
 
 
 @torch.no_grad()
@@ -385,11 +396,7 @@ class OrtPasses:
         capacity = self.capacity
         if capacity >= self.limit:
             raise ValueError(f"the context is full ({self.limit} positions)")
-        grown = chunked(capacity, self.limit)
-        keys = np.zeros((*self.keys.shape[:3], grown), np.float32)
-        values = np.zeros((*self.values.shape[:2], grown, self.values.shape[3]), np.float32)
-        keys[..., :capacity], values[:, :, :capacity] = self.keys, self.values
-        self.keys, self.values = keys, values
+        self.keys, self.values = resized(self.keys, self.values, chunked(capacity, self.limit))
         self._bind()
 
     def step(self, token: int, keep: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -425,9 +432,7 @@ def export_policy(policy, cache_dir: str | Path | None = None) -> Path:
     (default ``onnx_blocks.default_cache_dir()``); reused when there."""
     h = hashlib.sha256(json.dumps({"format": POLICY_FORMAT, "config": policy.config.to_json()},
                                   sort_keys=True).encode())
-    for name, t in sorted(policy.state_dict().items()):
-        h.update(name.encode())
-        h.update(t.detach().float().contiguous().numpy().tobytes())
+    _hash_weights(h, policy)
     directory = Path(cache_dir or onnx_blocks.default_cache_dir()) / f"policy-{h.hexdigest()[:24]}"
     directory.mkdir(parents=True, exist_ok=True)
 
@@ -461,4 +466,4 @@ class OrtPolicy:
 
 
 __all__ = ["DecodeStep", "OrtPasses", "OrtPolicy", "OrtSteps", "buffers", "export_policy", "export_step",
-           "export_steps", "feed", "fingerprint", "input_names", "load"]
+           "export_steps", "feed", "fingerprint", "input_names", "load", "resized"]
