@@ -179,7 +179,11 @@ def build_server() -> LeirServer:
     """A server with every handler of ``leir_server.api.HANDLERS``
     registered, not yet started."""
     from leir import sandbox
+    from leir_server import imports
     from leir_server.workers import PRELOAD_EXTRA
+
+    # The server's threads import lazily and at once: parents before children.
+    imports.install()
 
     # Every worker pool of the server (TVMScript parsing, jobs, measuring)
     # forks from one forkserver; whichever starts it first starts it with all.

@@ -26,9 +26,10 @@ about 1). The collector still runs; it runs less often, over more garbage at a t
 from __future__ import annotations
 
 import gc
-import importlib
 import logging
 import threading
+
+from leir_server import imports
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ MODULES = ("leir.bridge.document", "leir.bridge.outline", "leir.transforms", "le
 def _warm_up() -> None:
     for name in MODULES:
         try:
-            importlib.import_module(name)
+            imports.load(name)
         except Exception as e:  # a broken optional import must not stop the server
             logger.warning("warm-up: importing %s failed: %s", name, e)
     gc.freeze()
