@@ -262,3 +262,105 @@ def test_the_attention_keep_is_refused_on_the_step_graphs(torch_model, steps_fp3
         decode.generate(torch_model, seqs[0][:8], 2, "dense", stop_ids=[],
                         attention_keep=attention.AttentionKeep(0.5, min_context=0),
                         passes=ort_step.OrtPasses(torch_model, steps_fp32))
+
+
+# ------------------------------------------------------------ the policy inside the step
+
+
+@pytest.fixture(scope="module")
+def policy(torch_model):
+    torch.manual_seed(2)
+    p = SolPolicy(PolicyConfig(hidden_size=torch_model.config.hidden_size)).eval()
+    with torch.no_grad():
+        p.head.weight.normal_()  # an untrained head is 0.1x: make the network's part count
+    return p
+
+
+@pytest.fixture(scope="module")
+def fused_fp32(torch_model, cache, policy):
+    return ort_step.load(torch_model, "fp32", cache, policy=policy)
+
+
+@pytest.fixture(scope="module")
+def fused_int8(torch_model, cache, policy):
+    return ort_step.load(torch_model, "int8", cache, policy=policy)
+
+
+def test_a_step_with_the_policy_chooses_the_next_token_and_the_policys_logits_for_it(
+        torch_model, seqs, policy, fused_fp32, fused_int8):
+    layers = torch_model.config.num_hidden_layers
+    feed = _inputs(torch_model, seqs[0])
+    plain = ort_step.DecodeStep(torch_model, 1.0)
+    with torch.no_grad():
+        steps_logits = plain(*(torch.from_numpy(feed[n]) for n in ort_step.input_names(layers)))[0][0]
+    top = int(steps_logits.argmax())
+    never = np.zeros((1, torch_model.config.vocab_size), np.float32)
+    never[0, top] = -np.inf  # the unmasked choice is barred: the step must take the runner-up
+    state = policy.state_features(0.6, -0.05, 0.25, 1)[None]
+    fused_feed = {**feed, "policy_state": state, "never": never}
+    names = ort_step.input_names(layers, fused=True)
+    assert names[2:4] == ["policy_state", "never"] and list(ort_step.output_names(True))[-2:] == [
+        "next_token", "policy_logits"]
+    embedding = torch_model.get_input_embeddings().weight.detach()
+    for steps in (fused_fp32, fused_int8):
+        assert steps.fused and [i.name for i in steps.sessions[1.0].get_inputs()] == names
+        for keep in ACTIONS:
+            logits, hidden, _, _, next_token, policy_logits = steps.sessions[keep].run(
+                ort_step.output_names(True), {n: fused_feed[n] for n in names})
+            masked = logits[0].copy()
+            masked[top] = -np.inf
+            assert next_token.tolist() == [int(masked.argmax())] and next_token[0] != top
+            with torch.no_grad():
+                want = policy(policy.features(torch.from_numpy(hidden[0]), embedding[int(next_token[0])],
+                                              0.6, -0.05, 0.25, 1))
+            # The policy's part is fp32 in the int8 graph too: it matches the
+            # torch policy on the graph's own hidden state.
+            assert np.abs(policy_logits[0] - want.numpy()).max() <= 1e-4 * max(1.0, float(want.abs().max()))
+
+
+def test_the_int8_step_keeps_the_policy_in_fp32(torch_model, fused_int8, policy):
+    inter = int(torch_model.config.intermediate_size)
+    tag = ort_step.policy_fingerprint(policy)
+    for keep in ACTIONS:
+        path = ort_step.graph_path(fused_int8.directory, knobs.keep_width(inter, keep), "int8", tag)
+        graph = onnx.load(str(path)).graph
+        weights = {i.name: i.data_type for i in graph.initializer if i.name.startswith("policy")}
+        # (the exporter drops the head's bias, which is zero)
+        assert {"policy.fc1.weight", "policy.fc2.weight", "policy.head.weight", "policy_embedding"} <= set(weights)
+        assert set(weights.values()) == {onnx.TensorProto.FLOAT}
+        readers = {n.op_type for n in graph.node if set(weights).intersection(n.input)}
+        assert readers and not readers & (onnx_blocks.INT8_MATMUL_OPS | {"DynamicQuantizeLinear"})
+        assert onnx_blocks.INT8_MATMUL_OPS & {n.op_type for n in graph.node}  # the model's products are int8
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_sol_decoding_with_the_policy_in_the_step_decides_as_the_policy_graph_and_runs_it_once(
+        torch_model, seqs, cache, policy, precision, request):
+    plain = request.getfixturevalue("steps_fp32" if precision == "fp32" else "steps_int8")
+    fused = request.getfixturevalue(f"fused_{precision}")
+    ort_policy = ort_step.OrtPolicy(policy, cache)
+    never = [int(t) for t in seqs[1][24:30]]  # tokens the prompt's continuation would use
+
+    def run(steps):
+        return decode.generate(torch_model, seqs[1][:24], 20, "sol", policy=policy, target=0.6, greedy_policy=False,
+                               generator=torch.Generator().manual_seed(4), stop_ids=[], never_ids=never,
+                               passes=ort_step.OrtPasses(torch_model, steps), policy_logits=ort_policy)
+
+    calls = ort_policy.calls
+    apart = run(plain)
+    assert ort_policy.calls - calls == len(apart.actions) == 19
+    before = dict(fused.calls)
+    inside = run(fused)
+    assert ort_policy.calls - calls == 19 + 1  # the first decoded token's choice only
+    assert inside.tokens == apart.tokens and not set(inside.tokens) & set(never)
+    assert inside.actions == apart.actions and len(set(inside.actions)) > 1
+    for a, keep in enumerate(ACTIONS):
+        assert fused.calls[keep] - before[keep] == inside.actions.count(a)
+
+
+def test_the_policys_inputs_are_refused_by_plain_step_graphs(torch_model, steps_fp32, seqs):
+    passes = ort_step.OrtPasses(torch_model, steps_fp32)
+    with pytest.raises(ValueError, match="hold no policy"):
+        passes.set_never([1])
+    passes.prefill(seqs[0][:8])
+    assert passes.policy_logits_for(3) is None

@@ -53,6 +53,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from leir_models.sol import attention, knobs
@@ -205,15 +206,28 @@ class Chooser:
     def reset(self) -> None:
         self.step, self.kept, self.previous = 0, 0.0, None
 
+    def _deviation(self) -> float:
+        return self.kept / self.step - self.target if self.step else 0.0
+
     def features(self, hidden: torch.Tensor, token_embedding: torch.Tensor) -> torch.Tensor:
-        deviation = self.kept / self.step - self.target if self.step else 0.0
-        return self.policy.features(hidden, token_embedding, self.target, deviation, self.step / self.episode,
+        return self.policy.features(hidden, token_embedding, self.target, self._deviation(), self.step / self.episode,
                                     self.previous)
+
+    def state(self) -> np.ndarray:
+        """The features' entries besides the hidden state and the embedding,
+        as they are now (``SolPolicy.state_features``): what a step graph
+        with the policy inside reads for the next choice (``ort_step``)."""
+        return self.policy.state_features(self.target, self._deviation(), self.step / self.episode, self.previous)
 
     def choose(self, feats: torch.Tensor, greedy: bool, generator: torch.Generator | None) -> tuple[int, float]:
         """(action, its log-probability under the policy)."""
         with torch.no_grad():
-            logp = torch.log_softmax(self.logits_of(feats), -1)
+            return self.pick(self.logits_of(feats), greedy, generator)
+
+    @staticmethod
+    def pick(logits: torch.Tensor, greedy: bool, generator: torch.Generator | None) -> tuple[int, float]:
+        """(action, its log-probability) from the policy's ``logits`` ``(A,)``."""
+        logp = torch.log_softmax(logits, -1)
         action = int(logp.argmax()) if greedy else int(torch.multinomial(logp.exp(), 1, generator=generator))
         return action, float(logp[action])
 
@@ -281,7 +295,10 @@ def generate(model, prompt_ids: Sequence[int], max_tokens: int, mode: str = "den
     ``TorchPasses(model)``; ``ort_step.OrtPasses`` runs them on ONNX
     Runtime, without the attention keep). ``policy_logits``: what computes
     the policy's logits from its features in ``"sol"`` mode (default the
-    ``policy`` module; ``ort_step.OrtPolicy(policy)`` on ONNX Runtime)."""
+    ``policy`` module; ``ort_step.OrtPolicy(policy)`` on ONNX Runtime).
+    Passes whose step graphs hold the policy (``ort_step.load(...,
+    policy=)``) compute each next token's policy logits in the token's own
+    run; ``policy_logits`` then serves the first token only."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r} is not one of {MODES}")
     if mode == "sol" and policy is None:
@@ -297,6 +314,7 @@ def generate(model, prompt_ids: Sequence[int], max_tokens: int, mode: str = "den
         attention.install(model)
         pages = attention.KVPages(attention_keep)
     runner = passes if passes is not None else TorchPasses(model, pages)
+    fused_policy = chooser is not None and getattr(runner, "fused", False)
     out: list[int] = []
     actions: list[int] = []
     flops = dense_flops = 0.0
@@ -307,6 +325,8 @@ def generate(model, prompt_ids: Sequence[int], max_tokens: int, mode: str = "den
     length = len(prompt_ids)
     stopped = "max_tokens"
     never = list(never_ids)
+    if fused_policy:
+        runner.set_never(never)
     while len(out) < max_tokens:
         if never:
             logits = logits.clone()
@@ -322,8 +342,17 @@ def generate(model, prompt_ids: Sequence[int], max_tokens: int, mode: str = "den
             stopped = "context"
             break
         if chooser is not None:
-            a, _ = chooser.choose(chooser.features(hidden, embed(model, token)), greedy_policy, generator)
+            # A step graph with the policy inside chose this token and ran the
+            # policy for it; otherwise (the first token, or torch passes) the
+            # policy runs here.
+            fused = runner.policy_logits_for(token) if fused_policy else None
+            if fused is not None:
+                a, _ = chooser.pick(fused, greedy_policy, generator)
+            else:
+                a, _ = chooser.choose(chooser.features(hidden, embed(model, token)), greedy_policy, generator)
             chooser.advance(a)
+            if fused_policy:
+                runner.set_policy_state(chooser.state())
         else:
             a = action if mode == "static" else 0
         hidden, logits = runner.step(token, ACTIONS[a])

@@ -67,7 +67,7 @@ def export_mlp(mlp: nn.Module, path: str | Path, keep: float = 1.0) -> Path:
     return path
 
 
-def quantize_int8(fp32_path: str | Path, int8_path: str | Path) -> Path:
+def quantize_int8(fp32_path: str | Path, int8_path: str | Path, exclude: Sequence[str] = ()) -> Path:
     """ONNX Runtime's dynamic quantization of ``fp32_path``: int8 weights,
     in 7 bits (``reduce_range``). On an x86 CPU without VNNI (AVX2 only: this
     machine's AMD EPYC since 2026-12-07) ORT's u8 x s8 ``MatMulInteger``
@@ -80,7 +80,7 @@ def quantize_int8(fp32_path: str | Path, int8_path: str | Path) -> Path:
     a graph that uses one weight twice (a tied embedding and output head,
     ``ort_step``'s graphs) the quantizer's shape inference finds them in
     conflict with its own rewriting and stops; without them it infers
-    every shape itself."""
+    every shape itself. ``exclude``: names of nodes left in fp32."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     int8_path = Path(int8_path)
@@ -89,7 +89,8 @@ def quantize_int8(fp32_path: str | Path, int8_path: str | Path) -> Path:
     bare = int8_path.with_name(f".{int8_path.stem}.bare.onnx")
     try:
         onnx.save(graph, str(bare))
-        quantize_dynamic(str(bare), str(int8_path), weight_type=QuantType.QInt8, reduce_range=True)
+        quantize_dynamic(str(bare), str(int8_path), weight_type=QuantType.QInt8, reduce_range=True,
+                         nodes_to_exclude=list(exclude))
     finally:
         bare.unlink(missing_ok=True)
     return int8_path

@@ -248,34 +248,40 @@ def measure_runtimes(model_dir, policy_dir, data_dir, prompts: int = 8, max_toke
         decode.prepare(model, orders)
         providers, steps = ["torch (cpu)"], None
         if whole:
-            steps = ort_step.load(model, precision, cache_dir, threads=threads)
-            providers = steps.providers
+            # dense on the plain graphs; SOL on the graphs with the policy inside,
+            # and, to show what that saves, with the policy's own graph apart
+            steps = (ort_step.load(model, precision, cache_dir, threads=threads),
+                     ort_step.load(model, precision, cache_dir, threads=threads, policy=policy))
+            providers = steps[0].providers
         elif precision:
             providers = install(model, precision, cache_dir, threads=threads).providers
         models[name] = (model, providers, steps)
     ids = [tk.encode_prompt(tok, prompt_text(r["before"], r["tensors"], r["target"],
                                              (r.get("reasoning_facts") or {}).get("machine") or {}))
            + tk.encode(tok, candidate_text(r["step"])) for r in records]
-    modes = [("dense", None), *((f"sol {t:g}", t) for t in targets)]
+    # (name, target, which step graphs: 0 plain, 1 with the policy inside)
+    modes = [("dense", None, 0), *((f"sol {t:g}", t, 1) for t in targets)]
+    apart = [(f"sol {t:g}, policy apart", t, 0) for t in targets]
 
-    def runner_of(model, steps):
-        return ort_step.OrtPasses(model, steps) if steps is not None else None
+    def runner_of(model, steps, which):
+        return ort_step.OrtPasses(model, steps[which]) if steps is not None else None
 
     for model, _, steps in models.values():  # warm-up
-        decode.generate(model, ids[0], 4, "dense", stop_ids=[], passes=runner_of(model, steps))
+        for which in ((0, 1) if steps is not None else (0,)):
+            decode.generate(model, ids[0], 4, "dense", stop_ids=[], passes=runner_of(model, steps, which))
     runs: dict[tuple[str, str], list[dict]] = {}
     for _ in range(repeats):
         for runtime, (model, _, steps) in models.items():
-            for mode, target in modes:
+            for mode, target, which in modes + (apart if steps is not None else []):
                 load = loadavg()
                 if target is None:
-                    done = [decode.generate(model, p, max_tokens, "dense", stop_ids=[], passes=runner_of(model, steps))
-                            for p in ids]
+                    done = [decode.generate(model, p, max_tokens, "dense", stop_ids=[],
+                                            passes=runner_of(model, steps, which)) for p in ids]
                 else:
                     gen = torch.Generator().manual_seed(0)
                     done = [decode.generate(model, p, max_tokens, "sol", policy=policy, target=target,
                                             greedy_policy=False, generator=gen, stop_ids=[],
-                                            passes=runner_of(model, steps),
+                                            passes=runner_of(model, steps, which),
                                             policy_logits=ort_policy if steps is not None else None) for p in ids]
                 passes = sum(len(d.actions) for d in done)
                 seconds = sum(d.seconds - d.prefill_seconds for d in done)

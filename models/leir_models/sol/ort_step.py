@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+import onnx
 import torch
 from torch import nn
 
@@ -75,6 +76,11 @@ from leir_models.sol.knobs import MLP_LEVELS, keep_width
 #: Bumped when the graphs change (part of the cache key).
 CACHE_FORMAT = "leir-sol-onnx-step/2"
 OUTPUTS = ("logits", "hidden", "keys", "values")
+#: What a step graph with the policy reads and writes besides (``DecodeStep``).
+FUSED_INPUTS = ("policy_state", "never")
+FUSED_OUTPUTS = ("next_token", "policy_logits")
+#: The policy graph's cache key's format (``export_policy``, ``policy_fingerprint``).
+POLICY_FORMAT = "leir-sol-onnx-policy/1"
 #: The key/value buffers' capacity is a multiple of this many positions,
 #: grown by one chunk when full. Every pass reads the whole capacity (the
 #: spare positions masked), so spare rows cost as much as past ones: a first
@@ -118,11 +124,30 @@ class DecodeStep(nn.Module):
     ``[kv_heads, C, head_dim]``, ``C >= position`` positions of which the
     first ``position`` are this token's past and the rest are masked out
     (a buffer's spare rows). The new token's own key and value are attended
-    separately and returned, never concatenated to the past."""
+    separately and returned, never concatenated to the past.
 
-    def __init__(self, model, keep: float = 1.0):
+    With ``policy`` the inputs after ``position`` are ``policy_state`` ``[1,
+    3 + A]`` (the policy's scalar inputs and previous action for the next
+    token's choice: ``decode.Chooser.state``) and ``never`` ``[1, V]`` (0, or
+    -inf for a token never to be chosen), and two outputs follow: the next
+    token, ``argmax(logits + never)`` ``[1]``, and the policy's logits for
+    it ``[1, A]`` (``SolPolicy.features`` of this token's final hidden state
+    and the next token's embedding). A SOL token then costs no run of its
+    own: the choice for token t + 1 comes out of token t's run."""
+
+    def __init__(self, model, keep: float = 1.0, policy: nn.Module | None = None):
         super().__init__()
         config = model.config
+        #: With a policy (``SolPolicy``) the step also chooses the next token
+        #: and computes the policy's logits for it (``forward``).
+        self.policy = policy
+        if policy is not None:
+            # The next token's embedding for the policy's features: a copy of
+            # the embedding, named for the policy (never quantized; a weight
+            # shared with the head would break the quantizer: module doc).
+            # (A parameter, not a buffer: the exporter keeps a parameter's name.)
+            self.policy_embedding = nn.Parameter(model.get_input_embeddings().weight.detach().float().clone(),
+                                                 requires_grad=False)
         self.heads = config.num_attention_heads
         self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
@@ -144,9 +169,10 @@ class DecodeStep(nn.Module):
         rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
         return x * cos + rotated * sin
 
-    def forward(self, embedded: torch.Tensor, position: torch.Tensor, *caches: torch.Tensor):
+    def forward(self, embedded: torch.Tensor, position: torch.Tensor, *inputs: torch.Tensor):
         heads, kv_heads, hd = self.heads, self.kv_heads, self.head_dim
         group, n_layers = heads // kv_heads, len(self.layers)
+        caches = inputs if self.policy is None else inputs[2:]
         past_keys, past_values = caches[:n_layers], caches[n_layers:]
         x = embedded  # [1, D]
         freqs = position.to(torch.float32)[:, None] * self.inv_freq[None, :]  # [1, hd/2]
@@ -172,12 +198,23 @@ class DecodeStep(nn.Module):
             new_values.append(v)
         hidden = self._rms(self.norm, x)
         logits = self.head(hidden)
-        return logits, hidden, torch.stack(new_keys), torch.stack(new_values)
+        if self.policy is None:
+            return logits, hidden, torch.stack(new_keys), torch.stack(new_values)
+        policy_state, never = inputs[0], inputs[1]
+        next_token = torch.argmax(logits + never, dim=-1)  # [1]
+        features = torch.cat((hidden, nn.functional.embedding(next_token, self.policy_embedding), policy_state), dim=-1)
+        return logits, hidden, torch.stack(new_keys), torch.stack(new_values), next_token, self.policy(features)
 
 
-def input_names(layers: int) -> list[str]:
-    """The step graph's inputs, in ``DecodeStep.forward``'s order."""
-    return ["embedded", "position", *(f"keys_{i}" for i in range(layers)), *(f"values_{i}" for i in range(layers))]
+def input_names(layers: int, fused: bool = False) -> list[str]:
+    """The step graph's inputs, in ``DecodeStep.forward``'s order (``fused``:
+    the graph with the policy)."""
+    return ["embedded", "position", *(FUSED_INPUTS if fused else ()), *(f"keys_{i}" for i in range(layers)),
+            *(f"values_{i}" for i in range(layers))]
+
+
+def output_names(fused: bool = False) -> list[str]:
+    return list(OUTPUTS + FUSED_OUTPUTS) if fused else list(OUTPUTS)
 
 
 def buffers(cache, capacity: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -238,49 +275,88 @@ def _hash_weights(h, module: nn.Module) -> None:
 
 
 @torch.no_grad()
-def export_step(model, path: str | Path, keep: float = 1.0) -> Path:
-    """``DecodeStep(model, keep)`` as an ONNX graph at ``path`` (weights
-    inside the file); the buffers' capacity is dynamic (>= 1)."""
+def export_step(model, path: str | Path, keep: float = 1.0, policy: nn.Module | None = None) -> Path:
+    """``DecodeStep(model, keep, policy)`` as an ONNX graph at ``path``
+    (weights inside the file); the buffers' capacity is dynamic (>= 1)."""
     path = Path(path)
-    step = DecodeStep(model, keep).float().eval()
+    step = DecodeStep(model, keep, policy).float().eval()
     layers, kv, hd = len(step.layers), step.kv_heads, step.head_dim
     capacity = 7  # a size no other axis has, so that the exporter keeps it symbolic
     keys = [torch.zeros(kv, hd, capacity) for _ in range(layers)]
     values = [torch.zeros(kv, capacity, hd) for _ in range(layers)]
-    example = (torch.zeros(1, model.config.hidden_size), torch.tensor([3]), *keys, *values)
+    fused = policy is not None
+    extra = (torch.zeros(1, policy_state_size(policy)), torch.zeros(1, model.config.vocab_size)) if fused else ()
+    example = (torch.zeros(1, model.config.hidden_size), torch.tensor([3]), *extra, *keys, *values)
     c = torch.export.Dim("capacity", min=1)
-    dynamic = (None, None, (*({2: c} for _ in keys), *({1: c} for _ in values)))  # forward's *caches: one entry
-    torch.onnx.export(step, example, str(path), dynamo=True, input_names=input_names(layers),
-                      output_names=list(OUTPUTS), dynamic_shapes=dynamic, external_data=False, verbose=False)
+    # forward's *inputs: one entry, a shape per input in it
+    dynamic = (None, None, (*(None for _ in extra), *({2: c} for _ in keys), *({1: c} for _ in values)))
+    torch.onnx.export(step, example, str(path), dynamo=True, input_names=input_names(layers, fused),
+                      output_names=output_names(fused), dynamic_shapes=dynamic, external_data=False, verbose=False)
     return path
 
 
-def graph_path(directory: Path, n: int, precision: str) -> Path:
-    return directory / f"step_k{n}_{precision}.onnx"
+def policy_state_size(policy) -> int:
+    """The policy's inputs besides the hidden state and the embedding: its
+    scalars and the previous action's one-hot (``SolPolicy.features``)."""
+    return policy.in_features - 2 * policy.config.hidden_size
+
+
+def policy_fingerprint(policy) -> str:
+    """A hash of ``policy``'s configuration and weights."""
+    h = hashlib.sha256(json.dumps({"format": POLICY_FORMAT, "config": policy.config.to_json()},
+                                  sort_keys=True).encode())
+    _hash_weights(h, policy)
+    return h.hexdigest()[:24]
+
+
+def graph_path(directory: Path, n: int, precision: str, policy: str | None = None) -> Path:
+    """A step graph's file; ``policy``: the fingerprint of the policy it holds."""
+    return directory / (f"step_k{n}_{precision}.onnx" if policy is None else
+                        f"step_k{n}_{precision}_policy-{policy}.onnx")
+
+
+def policy_nodes(path: str | Path) -> list[str]:
+    """The nodes of the graph at ``path`` that read the policy's weights or
+    its embedding copy (initializers named ``policy...``): what the int8
+    graph keeps in fp32, so that the policy chooses as it does in torch."""
+    graph = onnx.load(str(path), load_external_data=False).graph
+    weights = {i.name for i in graph.initializer if i.name.startswith("policy")}
+    nodes = [n for n in graph.node if weights.intersection(n.input)]
+    # The quantizer first rewrites each Gemm into a MatMul named after it
+    # (and an Add, and a Transpose where the weight is not an initializer):
+    # those are the names it then checks.
+    return [name for n in nodes for name in (n.name, *(
+        (f"{n.name}_MatMul", f"{n.name}_Transpose") if n.op_type == "Gemm" else ()))]
 
 
 def export_steps(model, cache_dir: str | Path | None = None, keeps: Sequence[float] = MLP_LEVELS,
-                 precisions: Sequence[str] = onnx_blocks.PRECISIONS) -> dict[tuple[float, str], Path]:
+                 precisions: Sequence[str] = onnx_blocks.PRECISIONS,
+                 policy: nn.Module | None = None) -> dict[tuple[float, str], Path]:
     """Every keep level's graph at each of ``precisions`` under
-    ``cache_dir/<fingerprint>/`` (default ``onnx_blocks.default_cache_dir()``);
-    graphs already there are reused. (keep, precision) -> path."""
+    ``cache_dir/<fingerprint>/`` (default ``onnx_blocks.default_cache_dir()``),
+    with ``policy`` inside if given (``DecodeStep``; its nodes stay fp32 in
+    the int8 graph); graphs already there are reused. (keep, precision) -> path."""
     unknown = set(precisions) - set(onnx_blocks.PRECISIONS)
     if unknown:
         raise ValueError(f"unknown precision(s) {sorted(unknown)}; known: {onnx_blocks.PRECISIONS}")
     directory = Path(cache_dir or onnx_blocks.default_cache_dir()) / fingerprint(model, keeps)
     directory.mkdir(parents=True, exist_ok=True)
     inter = int(model.config.intermediate_size)
+    tag = policy_fingerprint(policy) if policy is not None else None
+    if policy is not None:
+        policy = policy.float().eval()
     paths: dict[tuple[float, str], Path] = {}
     with onnx_blocks.quiet_export():
         for keep in keeps:
             n = keep_width(inter, keep)
-            fp32 = onnx_blocks.write_graph(graph_path(directory, n, "fp32"),
-                                           lambda tmp, keep=keep: export_step(model, tmp, keep))
+            fp32 = onnx_blocks.write_graph(graph_path(directory, n, "fp32", tag),
+                                           lambda tmp, keep=keep: export_step(model, tmp, keep, policy))
             if "fp32" in precisions:
                 paths[(keep, "fp32")] = fp32
             if "int8" in precisions:
                 paths[(keep, "int8")] = onnx_blocks.write_graph(
-                    graph_path(directory, n, "int8"), lambda tmp, fp32=fp32: onnx_blocks.quantize_int8(fp32, tmp))
+                    graph_path(directory, n, "int8", tag),
+                    lambda tmp, fp32=fp32: onnx_blocks.quantize_int8(fp32, tmp, exclude=policy_nodes(fp32)))
     return paths
 
 
@@ -297,6 +373,8 @@ class OrtSteps:
     reports: list[onnx_blocks.ProviderReport]
     #: Session runs per keep level (what the tests check).
     calls: dict[float, int]
+    #: The graphs hold the policy (``DecodeStep``'s fused form).
+    fused: bool = False
 
     @property
     def providers(self) -> list[str]:
@@ -310,22 +388,23 @@ class OrtSteps:
 
 def load(model, precision: str = "fp32", cache_dir: str | Path | None = None, threads: int | None = 1,
          providers: Sequence[str] = onnx_blocks.PROVIDERS, keeps: Sequence[float] = MLP_LEVELS,
-         quiet: bool = True) -> OrtSteps:
+         quiet: bool = True, policy: nn.Module | None = None) -> OrtSteps:
     """The sessions of ``model``'s step graphs at ``precision`` (exported
-    into the cache first where missing). ``model`` must be prepared with the
-    channel order it will decode with (``decode.prepare``): the graphs are of
-    the weights as they are now."""
+    into the cache first where missing), with ``policy`` inside if given.
+    ``model`` must be prepared with the channel order it will decode with
+    (``decode.prepare``): the graphs are of the weights as they are now."""
     import logging
 
     if precision not in onnx_blocks.PRECISIONS:
         raise ValueError(f"precision {precision!r} is not one of {onnx_blocks.PRECISIONS}")
-    paths = export_steps(model, cache_dir, keeps, (precision,))
+    paths = export_steps(model, cache_dir, keeps, (precision,), policy)
     sessions, reports = {}, []
     with onnx_blocks.quiet_sessions(quiet):
         for keep in keeps:
             sessions[keep], report = onnx_blocks.ort_session(paths[(keep, precision)], providers, threads)
             reports.append(report)
-    steps = OrtSteps(precision, next(iter(paths.values())).parent, sessions, reports, {k: 0 for k in keeps})
+    steps = OrtSteps(precision, next(iter(paths.values())).parent, sessions, reports, {k: 0 for k in keeps},
+                     policy is not None)
     if quiet and steps.cuda_missing:
         logging.getLogger(__name__).warning("CUDAExecutionProvider was requested but is not in use; running on %s",
                                             ", ".join(steps.providers) or "nothing")
@@ -357,6 +436,18 @@ class OrtPasses:
         self.bindings: dict[float, object] = {}
         #: Times the buffers were (re)bound: once per prefill, once per growth.
         self.binds = 0
+        #: With fused steps (``steps.fused``): the policy's inputs for the
+        #: next token's choice, the tokens never to choose, and what the last
+        #: run chose and the policy's logits for it (``policy_logits_for``).
+        self.fused = steps.fused
+        if self.fused:
+            session = next(iter(steps.sessions.values()))
+            shapes = {i.name: i.shape for i in session.get_inputs()}
+            self.policy_state = np.zeros((1, int(shapes["policy_state"][1])), np.float32)
+            self.never = np.zeros((1, int(shapes["never"][1])), np.float32)
+            self.next_token = np.full(1, -1, np.int64)
+            actions = next(o.shape for o in session.get_outputs() if o.name == "policy_logits")[1]
+            self.policy_logits = np.zeros((1, int(actions)), np.float32)
 
     @property
     def capacity(self) -> int:
@@ -368,14 +459,17 @@ class OrtPasses:
         self.logits = np.zeros((1, self.model.get_output_embeddings().weight.shape[0]), np.float32)
         self.hidden = np.zeros_like(self.embedded)
         self.new_keys, self.new_values = np.zeros((layers, kv, hd), np.float32), np.zeros((layers, kv, hd), np.float32)
-        inputs = [self.embedded, self.position, *self.keys, *self.values]  # each layer's buffer: a contiguous view
-        outputs = [self.logits, self.hidden, self.new_keys, self.new_values]
+        extra_in = [self.policy_state, self.never] if self.fused else []
+        extra_out = [self.next_token, self.policy_logits] if self.fused else []
+        # each layer's buffer: a contiguous view
+        inputs = [self.embedded, self.position, *extra_in, *self.keys, *self.values]
+        outputs = [self.logits, self.hidden, self.new_keys, self.new_values, *extra_out]
         self.bindings = {}
         for keep, session in self.steps.sessions.items():
             binding = session.io_binding()
-            for name, array in zip(input_names(layers), inputs):
+            for name, array in zip(input_names(layers, self.fused), inputs):
                 binding.bind_input(name, "cpu", 0, array.dtype.type, list(array.shape), array.ctypes.data)
-            for name, array in zip(OUTPUTS, outputs):
+            for name, array in zip(output_names(self.fused), outputs):
                 binding.bind_output(name, "cpu", 0, array.dtype.type, list(array.shape), array.ctypes.data)
             self.bindings[keep] = binding
         self.binds += 1
@@ -387,6 +481,8 @@ class OrtPasses:
 
         state = decode.prefill(self.model, ids)
         rows = len(ids)
+        if self.fused:
+            self.next_token[0] = -1  # no choice made for the prompt's next token
         self.keys, self.values = buffers(state.cache, chunked(rows, self.limit))
         self.length = rows
         self._bind()
@@ -418,11 +514,37 @@ class OrtPasses:
         self.steps.calls[keep] += 1
         return torch.from_numpy(self.hidden[0].copy()), torch.from_numpy(self.logits[0].copy())
 
+    # -------------------------------------------------------- the fused policy
+
+    def set_never(self, ids: Sequence[int]) -> None:
+        """The tokens the step's own choice of the next token never takes
+        (``decode.generate``'s ``never_ids``)."""
+        self._require_fused()
+        self.never[:] = 0.0
+        self.never[0, list(ids)] = -np.inf
+
+    def set_policy_state(self, state: np.ndarray) -> None:
+        """The policy's inputs for the next token's choice besides the
+        hidden state and embedding (``decode.Chooser.state``), read by the
+        next ``step``."""
+        self._require_fused()
+        self.policy_state[0] = state
+
+    def policy_logits_for(self, token: int) -> torch.Tensor | None:
+        """The policy's logits ``(A,)`` the last run computed for ``token``,
+        or None when it chose another token (or none ran since the prefill):
+        the caller then runs the policy itself."""
+        if not self.fused or int(self.next_token[0]) != token:
+            return None
+        return torch.from_numpy(self.policy_logits[0].copy())
+
+    def _require_fused(self) -> None:
+        if not self.fused:
+            raise ValueError("these step graphs hold no policy (ort_step.load(..., policy=))")
+
 
 # ------------------------------------------------------------ the policy
 
-
-POLICY_FORMAT = "leir-sol-onnx-policy/1"
 
 
 @torch.no_grad()
@@ -430,10 +552,7 @@ def export_policy(policy, cache_dir: str | Path | None = None) -> Path:
     """``policy``'s forward (features ``[1, F]`` -> logits ``[1, A]``) as an
     fp32 ONNX graph in ``cache_dir/policy-<hash of its weights>/``
     (default ``onnx_blocks.default_cache_dir()``); reused when there."""
-    h = hashlib.sha256(json.dumps({"format": POLICY_FORMAT, "config": policy.config.to_json()},
-                                  sort_keys=True).encode())
-    _hash_weights(h, policy)
-    directory = Path(cache_dir or onnx_blocks.default_cache_dir()) / f"policy-{h.hexdigest()[:24]}"
+    directory = Path(cache_dir or onnx_blocks.default_cache_dir()) / f"policy-{policy_fingerprint(policy)}"
     directory.mkdir(parents=True, exist_ok=True)
 
     def write(tmp):

@@ -55,6 +55,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -146,12 +147,17 @@ class SolPolicy(nn.Module):
         """One step's input vector ``(in_features,)`` from ``hidden`` and
         ``embed`` ``(D,)`` (module doc); ``previous``: the last action, None at
         an episode's first step."""
-        a = len(self.config.actions)
-        onehot = torch.zeros(a)
+        return torch.cat([hidden.detach().float().reshape(-1), embed.detach().float().reshape(-1),
+                          torch.from_numpy(self.state_features(target, deviation, position, previous))])
+
+    def state_features(self, target: float, deviation: float, position: float, previous: int | None) -> np.ndarray:
+        """The last ``SCALARS + A`` entries of ``features``: the scalars and
+        the previous action's one-hot (zero at an episode's first step)."""
+        state = np.zeros(SCALARS + len(self.config.actions), np.float32)
+        state[:SCALARS] = (target, deviation, position)
         if previous is not None:
-            onehot[previous] = 1.0
-        scalars = torch.tensor([target, deviation, position], dtype=torch.float32)
-        return torch.cat([hidden.detach().float().reshape(-1), embed.detach().float().reshape(-1), scalars, onehot])
+            state[SCALARS + previous] = 1.0
+        return state
 
     def policy_flops(self) -> int:
         """FLOPs of one step: 2 x multiply-adds of the three layers, plus the

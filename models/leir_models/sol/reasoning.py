@@ -78,7 +78,8 @@ class Decoder:
     precision: str
     #: What the passes really run on: "torch (cpu)", or the ORT sessions' providers.
     providers: list[str]
-    #: The step graphs' sessions (``ort_step.OrtSteps``) on "onnx"; None on torch.
+    #: The step graphs' sessions (``ort_step.OrtSteps``, the policy inside
+    #: when there is one) on "onnx"; None on torch.
     steps: Any = None
     #: The policy on ONNX Runtime (``ort_step.OrtPolicy``) on "onnx" with a policy; None otherwise.
     policy_logits: Any = None
@@ -102,7 +103,9 @@ class Decoder:
         providers = [f"torch ({next(model.parameters()).device.type})"]
         steps = policy_logits = None
         if runtime == "onnx":
-            steps = ort_step.load(model, precision, cache_dir, threads=threads or None)
+            # With a policy, the step graphs hold it: each token's run makes the
+            # next token's choice; its own graph serves the first token only.
+            steps = ort_step.load(model, precision, cache_dir, threads=threads or None, policy=policy)
             providers = steps.providers
             if policy is not None:
                 policy_logits = ort_step.OrtPolicy(policy, cache_dir, threads=threads or None)
