@@ -211,3 +211,21 @@ def test_prepare_applies_a_stored_order(loaded, lm_model_dir):
     for a, b in zip(knobs.mlp_layers(fresh), knobs.mlp_layers(model)):
         assert torch.equal(a.gate_proj.weight, b.gate_proj.weight)
         assert torch.equal(a.down_proj.weight, b.down_proj.weight)
+
+
+def test_the_chooser_picks_the_most_likely_action_or_samples_the_policys_distribution():
+    logits = torch.tensor([0.3, 1.7, -0.8])
+    logp = torch.log_softmax(logits, -1)
+    action, lp = decode.Chooser.pick(logits, True, None)
+    assert action == 1 and lp == pytest.approx(float(logp[1]), abs=1e-6)
+    generator = torch.Generator().manual_seed(0)
+    draws = [decode.Chooser.pick(logits, False, generator) for _ in range(20000)]
+    counts = torch.bincount(torch.tensor([a for a, _ in draws]), minlength=3).double() / len(draws)
+    # 20,000 seeded draws: each share within 0.015 of its probability (about 4 standard errors)
+    assert torch.allclose(counts, logp.exp().double(), atol=0.015)
+    assert all(lp == pytest.approx(float(logp[a]), abs=1e-6) for a, lp in draws[:50])
+    again = torch.Generator().manual_seed(0)
+    assert [decode.Chooser.pick(logits, False, again)[0] for _ in range(200)] == [a for a, _ in draws[:200]]
+    # an action the policy rules out is never drawn
+    assert {decode.Chooser.pick(torch.tensor([0.0, -float("inf"), 0.0]), False, generator)[0]
+            for _ in range(500)} == {0, 2}

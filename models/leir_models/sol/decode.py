@@ -226,10 +226,25 @@ class Chooser:
 
     @staticmethod
     def pick(logits: torch.Tensor, greedy: bool, generator: torch.Generator | None) -> tuple[int, float]:
-        """(action, its log-probability) from the policy's ``logits`` ``(A,)``."""
-        logp = torch.log_softmax(logits, -1)
-        action = int(logp.argmax()) if greedy else int(torch.multinomial(logp.exp(), 1, generator=generator))
-        return action, float(logp[action])
+        """(action, its log-probability) from the policy's ``logits`` ``(A,)``:
+        the first most likely, or sampled by inverting the cumulative
+        distribution at one uniform draw from ``generator``. In plain Python
+        over the A (three) values: torch's log_softmax and multinomial took
+        0.066 ms a token here, a third of what a SOL token saves."""
+        values = [float(v) for v in logits.tolist()]
+        top = max(values)
+        log_total = top + math.log(sum(math.exp(v - top) for v in values))
+        if greedy:
+            action = values.index(top)
+        else:
+            u, action = float(torch.rand((), generator=generator)), len(values) - 1
+            cumulative = 0.0
+            for i, v in enumerate(values):
+                cumulative += math.exp(v - log_total)
+                if u < cumulative:
+                    action = i
+                    break
+        return action, values[action] - log_total
 
     def advance(self, action: int) -> None:
         self.kept += net_keep(action, self.intermediate)
