@@ -119,3 +119,40 @@ def test_cli_trains(lm_model_dir, lm_data, tmp_path):
     assert code == 0
     log = json.loads((tmp_path / "p" / "train_log.json").read_text())
     assert log["config"]["seed"] == 3 and log["config"]["steps"] == 1 and log["evaluation"] is None
+
+
+TEXT = ("The quick brown fox jumps over the lazy dog. " * 40 + "Pack my box with five dozen liquor jugs. " * 40)
+
+
+def test_text_sequences_cut_a_text_into_pieces_and_hold_every_fifth_out(lm_model_dir, monkeypatch):
+    from leir_models.lm import tokenizer as tk
+    from leir_models.lm.store import load_model
+
+    _, tok = load_model(lm_model_dir)
+    monkeypatch.setattr(st, "TEXT_SEQUENCE", 33)
+    ids = tk.encode(tok, TEXT)
+    train = st.text_sequences(TEXT, tok, "train", 1024)
+    heldout = st.text_sequences(TEXT, tok, "heldout", 1024)
+    pieces = len(ids) // 32
+    assert len(train) + len(heldout) == pieces and len(heldout) == pieces // 5
+    assert all(len(s) == 33 and s[0] == tk.BOS_ID for s in train + heldout)
+    # in the text's order: pieces 0-3 train, 4 held out, ...
+    assert train[0][1:] == ids[:32] and heldout[0][1:] == ids[4 * 32:5 * 32] and train[4][1:] == ids[5 * 32:6 * 32]
+    assert len(st.text_sequences(TEXT, tok, "train", 17)[0]) == 17  # never past the model's context
+    with pytest.raises(ValueError, match="'test'"):
+        st.text_sequences(TEXT, tok, "test", 1024)
+
+
+def test_cli_trains_on_a_text_file_and_a_missing_one_is_a_message(lm_model_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(st, "TEXT_SEQUENCE", 80)
+    text = tmp_path / "general.txt"
+    text.write_text(TEXT * 3, encoding="utf-8")
+    code = cli_main(["train-sol", "--model", str(lm_model_dir), "--text", str(tmp_path / "nope.txt"),
+                     "--out", str(tmp_path / "q")])
+    err = capsys.readouterr().err
+    assert code == 2 and "nope.txt does not exist" in err and "Traceback" not in err
+    code = cli_main(["train-sol", "--model", str(lm_model_dir), "--text", str(text), "--out", str(tmp_path / "p"),
+                     "--steps", "1", "--threads", "1", "--no-eval"])
+    assert code == 0
+    log = json.loads((tmp_path / "p" / "train_log.json").read_text())
+    assert log["source"] == "text" and log["data"] == str(text) and log["train_sequences"] > 0

@@ -81,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     s.add_argument("--eval-sequences", type=int, metavar="N", help="held-out sequences evaluated (0: all)")
     s.add_argument("--no-eval", action="store_true", help="train only")
+    s.add_argument("--text", metavar="FILE", help="train and evaluate on a plain UTF-8 text file instead of the "
+                                                  "dataset (general text: SOL's own setting; docs/sol.md)")
 
     g = sub.add_parser("generate", help="the step the model proposes for a .leir file and its reasoning, decoded "
                                         "under the SOL policy (or dense), with tokens/s and the runtime (docs/sol.md)")
@@ -167,7 +169,8 @@ def _run(args) -> int:
         for name, value in (("steps", args.steps), ("eval_sequences", args.eval_sequences)):
             if value is not None:
                 changes[name] = value
-        train_sol(args.model, args.data, args.out, SOL_TRAIN.with_(**changes), evaluate_after=not args.no_eval)
+        train_sol(args.model, args.data, args.out, SOL_TRAIN.with_(**changes), evaluate_after=not args.no_eval,
+                  text=args.text)
         return 0
     if args.cmd == "generate":
         from leir_models.sol.generate import run as generate_run

@@ -152,6 +152,29 @@ def sequences(records: Sequence[dict], tokenizer, split: str, max_len: int) -> l
     return out
 
 
+#: ``text_sequences``: tokens per sequence (``<|bos|>`` included), and every
+#: how many-th sequence is held out.
+TEXT_SEQUENCE = 256
+TEXT_HELDOUT_EVERY = 5
+
+
+def text_sequences(text: str, tokenizer, split: str, max_len: int) -> list[list[int]]:
+    """Sequences of a plain text (general text, not the dataset: the
+    comparison with SOL's own setting): the text's ids cut into consecutive
+    pieces of ``min(TEXT_SEQUENCE, max_len)`` tokens, each after ``<|bos|>``;
+    every ``TEXT_HELDOUT_EVERY``-th piece is "heldout", the others "train"
+    (a short last piece is dropped)."""
+    from leir_models.lm import tokenizer as tk
+
+    if split not in ("train", "heldout"):
+        raise ValueError(f"split {split!r}: a text has 'train' and 'heldout'")
+    length = min(TEXT_SEQUENCE, max_len) - 1
+    ids = tk.encode(tokenizer, text)
+    pieces = [ids[i:i + length] for i in range(0, len(ids) - length + 1, length)]
+    return [[tk.BOS_ID] + p for i, p in enumerate(pieces)
+            if (i % TEXT_HELDOUT_EVERY == TEXT_HELDOUT_EVERY - 1) == (split == "heldout")]
+
+
 # ------------------------------------------------------------ 4. reward and update
 
 
@@ -338,24 +361,32 @@ def _quality(total: float, tokens: int) -> dict:
 
 
 def train_sol(model_dir: str | Path, data_dir: str | Path, out_dir: str | Path, cfg: SolTrainConfig = SOL_TRAIN,
-              log: Callable[[str], None] = print, evaluate_after: bool = True) -> dict:
+              log: Callable[[str], None] = print, evaluate_after: bool = True, text: str | Path | None = None) -> dict:
     """Train a policy on the model of ``model_dir`` (``store.load_model``)
-    with the dataset of ``data_dir``; write it to ``out_dir``; return the log."""
+    with the dataset of ``data_dir``, or with the plain text file ``text``
+    (``text_sequences``); write it to ``out_dir``; return the log."""
     from leir_models.lm.data import DataError, load_records
     from leir_models.lm.store import load_model
 
-    for name, path in (("model", model_dir), ("data", data_dir)):
+    for name, path in (("model", model_dir), *((("data", data_dir),) if text is None else ())):
         if not Path(path).is_dir():
             raise FileNotFoundError(f"the {name} directory {path} does not exist")
+    if text is not None and not Path(text).is_file():
+        raise FileNotFoundError(f"the text file {text} does not exist")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     started = time.perf_counter()
     model, tok = load_model(model_dir)
-    records, source = load_records(data_dir)
     limit = model.config.max_position_embeddings
     need = cfg.prefill_min + cfg.episodes_per_sequence * cfg.episode + 1
-    train_seqs = [s for s in sequences(records, tok, "train", limit) if len(s) >= need]
-    heldout_seqs = sequences(records, tok, "heldout", limit)
+    if text is None:
+        records, source = load_records(data_dir)
+        train_seqs = [s for s in sequences(records, tok, "train", limit) if len(s) >= need]
+        heldout_seqs = sequences(records, tok, "heldout", limit)
+    else:
+        content, source, data_dir = Path(text).read_text(encoding="utf-8"), "text", text
+        train_seqs = [s for s in text_sequences(content, tok, "train", limit) if len(s) >= need]
+        heldout_seqs = text_sequences(content, tok, "heldout", limit)
     if not train_seqs:
         raise DataError(f"{data_dir}: no training sequence of {need} tokens or more")
     log(f"data: {source} of {data_dir}: {len(train_seqs)} training sequences, {len(heldout_seqs)} held-out")
@@ -442,4 +473,4 @@ def train_sol(model_dir: str | Path, data_dir: str | Path, out_dir: str | Path, 
     return result
 
 
-__all__ = ["SOL_TRAIN", "SolTrainConfig", "evaluate", "interleave", "static_mixes", "train_sol"]
+__all__ = ["SOL_TRAIN", "SolTrainConfig", "evaluate", "interleave", "static_mixes", "text_sequences", "train_sol"]
