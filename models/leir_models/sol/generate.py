@@ -19,8 +19,9 @@ file, and its reasoning decoded under the SOL policy (docs/sol.md).
    ``decode.prepare``\\ d with the policy's channel order (the logits do not
    change). ``--runtime onnx`` runs each decoded token's whole pass on ONNX
    Runtime (``ort_step``: one graph per keep level, ``--precision fp32`` or
-   ``int8``) and the policy's choice too (``ort_step.OrtPolicy``); the
-   prompt is read on torch.
+   ``int8``) with the policy inside them (each token's run makes the next
+   token's choice; ``ort_step.OrtPolicy`` makes the first); the prompt is
+   read on torch.
 3. What it wrote is checked with ``leir.explain.grounding.check`` as
    ``reasoning.generate`` does: only the sentences the facts bear out are
    kept.

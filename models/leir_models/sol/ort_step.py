@@ -48,9 +48,15 @@ exports them: physically smaller matrices), the final norm and the head.
   token's keep level through I/O bindings made once (no input or output is
   allocated or copied per token but the token's own keys and values,
   written into the buffers' next position).
-- ``OrtPolicy``: the SOL policy's forward as one small graph, so a SOL
-  token's choice does not go through eager torch (``decode.generate``'s
-  ``policy_logits``).
+- With a policy (``load(..., policy=)``), each graph also picks the next
+  token (the argmax of the logits, a ``never`` mask added) and runs the SOL
+  policy on this token's hidden state and the next token's embedding: the
+  next token's choice comes out of this token's run, no run of its own
+  (``DecodeStep``). The policy's part stays fp32 in the int8 graphs
+  (``policy_nodes``), so it chooses as the torch policy does.
+- ``OrtPolicy``: the SOL policy's forward as one small graph, for the
+  choices no step graph made (the first decoded token's, after the torch
+  prefill; ``decode.generate``'s ``policy_logits``).
 
 The attention keep knob (``attention.AttentionKeep``) is not in these graphs:
 it never engages on the shipped model (its ``min_context`` is above the
