@@ -552,7 +552,6 @@ class OrtPasses:
 # ------------------------------------------------------------ the policy
 
 
-
 @torch.no_grad()
 def export_policy(policy, cache_dir: str | Path | None = None) -> Path:
     """``policy``'s forward (features ``[1, F]`` -> logits ``[1, A]``) as an
