@@ -1,4 +1,4 @@
-"""``leir model train|import-smollm2|ship|evaluate|reasoning|train-sol|generate|tokens``: the model's commands.
+"""``leir model train|import-smollm2|ship|evaluate|reasoning|train-sol|evaluate-sol|generate|tokens``: the model's commands.
 
 ``leir.tools.cli`` does not import this package: its ``model`` subcommand
 finds ``main`` through the entry-point group ``leir.models`` (name ``lm``)
@@ -83,6 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-eval", action="store_true", help="train only")
     s.add_argument("--text", metavar="FILE", help="train and evaluate on a plain UTF-8 text file instead of the "
                                                   "dataset (general text: SOL's own setting; docs/sol.md)")
+
+    v = sub.add_parser("evaluate-sol", help="the ranking figures with each candidate read at the SOL policy's keep "
+                                            "per token, against dense, static and random schedules (docs/sol.md)")
+    from leir_models.sol.ranking import add_arguments as ranking_arguments
+
+    ranking_arguments(v)
 
     g = sub.add_parser("generate", help="the step the model proposes for a .leir file and its reasoning, decoded "
                                         "under the SOL policy (or dense), with tokens/s and the runtime (docs/sol.md)")
@@ -172,6 +178,10 @@ def _run(args) -> int:
         train_sol(args.model, args.data, args.out, SOL_TRAIN.with_(**changes), evaluate_after=not args.no_eval,
                   text=args.text)
         return 0
+    if args.cmd == "evaluate-sol":
+        from leir_models.sol.ranking import run as ranking_run
+
+        return ranking_run(args)
     if args.cmd == "generate":
         from leir_models.sol.generate import run as generate_run
 
