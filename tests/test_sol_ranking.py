@@ -16,22 +16,20 @@ pytest.importorskip("transformers")
 
 from leir_models.lm import tokenizer as tk  # noqa: E402
 from leir_models.lm.cli import main as cli_main  # noqa: E402
-from leir_models.lm.data import candidate_text, load_records, load_states  # noqa: E402
+from leir_models.lm.data import candidate_text, load_states  # noqa: E402
 from leir_models.lm.ranker import logprobs  # noqa: E402
 from leir_models.lm.store import load_model  # noqa: E402
-from leir_models.sol import decode, knobs, ranking  # noqa: E402
+from leir_models.sol import knobs, ranking  # noqa: E402
 from leir_models.sol.policy import ACTIONS, PolicyConfig, SolPolicy  # noqa: E402
-from leir_models.sol.train import sequences  # noqa: E402
+from sol_fixtures import orders, prepared, seqs  # noqa: E402,F401
 
 torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
-def setup(lm_model_dir, lm_data):
-    model, tok = load_model(lm_model_dir)
-    seqs = sequences(load_records(lm_data)[0], tok, "train", model.config.max_position_embeddings)
-    orders = knobs.reorder_channels(model, knobs.channel_importance(model, [torch.tensor([s]) for s in seqs[:4]]))
-    decode.prepare(model)
+def setup(lm_model_dir, lm_data, orders):
+    model = prepared(lm_model_dir, orders)
+    _, tok = load_model(lm_model_dir)
     torch.manual_seed(0)
     policy = SolPolicy(PolicyConfig(hidden_size=model.config.hidden_size)).eval()
     states = [s for s in load_states(lm_data)[0] if len(s.candidates) >= 2]
@@ -98,8 +96,8 @@ def test_figures_count_what_they_say_and_the_seed_fixes_them(setup):
 
 
 def test_cli_prints_the_table_and_json(lm_model_dir, lm_data, setup, tmp_path, capsys):
-    _, _, policy, orders, _ = setup
-    policy.save(tmp_path / "sol", orders)
+    _, _, policy, channel_orders, _ = setup
+    policy.save(tmp_path / "sol", channel_orders)
     code = cli_main(["evaluate-sol", "--model", str(lm_model_dir), "--policy", str(tmp_path / "sol"),
                      "--data", str(lm_data), "--split", "heldout", "--states", "2", "--targets", "0.5", "--json"])
     out = capsys.readouterr().out
