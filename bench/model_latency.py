@@ -14,7 +14,12 @@ For every ``examples/*.leir``, after one warm-up call, the median of
 for ``R`` the installed model ranker (``load_ranker("model")``: the model
 on the heuristic's first ``ranker.SHORTLIST`` steps), the same model
 ordering every step (``shortlist=None``, as before the shortlist) and the
-heuristic. Prints one JSON object: the load time, the peak resident memory,
+heuristic; each model call with an empty ``PromptCache`` (a cold prompt).
+Then, for the installed ranker, ``rank`` of the program after the
+heuristic's first step and of the program before it, alternately, the
+prompt cache kept (``after_a_step_ms``: what a search's next state, or an
+edit near the program's end, costs; ``common_prefix``: the prompt tokens
+the two share). Prints one JSON object: the load time, the peak resident memory,
 per example the candidates, the prompt's tokens and the medians in ms, the
 load average read before each example.
 
@@ -36,6 +41,22 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def loadavg() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+class Cold:
+    """A model ranker whose prompt cache is emptied before every ranking."""
+
+    def __init__(self, ranker):
+        self.ranker = ranker
+
+    def score(self, ctx, steps, target):
+        from leir_models.lm.ranker import PromptCache
+
+        self.ranker.prompt_cache = PromptCache()
+        return self.ranker.score(ctx, steps, target)
+
+    def __getattr__(self, name):
+        return getattr(self.ranker, name)
 
 
 def median_ms(fn, repeats: int) -> float:
@@ -67,7 +88,9 @@ def main(argv=None) -> int:
     if ranker is HEURISTIC:
         raise SystemExit(f"the model ranker did not load: {'; '.join(said) or 'no reason given'}")
     from leir.bridge.document import load_leir
+    from leir.printer import print_program
     from leir.tools.ranking import rank
+    from leir.transforms import apply
     from leir.tools.suggest import suggest
     from leir_models.lm.ranker import ModelRanker
 
@@ -84,10 +107,23 @@ def main(argv=None) -> int:
                "candidates": len(rank(analysis, target)),
                "prompt_tokens": len(ranker.prompt_ids(analysis, target))}
         for label, r in rankers.items():
+            if hasattr(r, "prompt_cache"):
+                r = Cold(r)
             row[label] = {
                 "suggest_ms": round(median_ms(lambda r=r: suggest(text, "leir", target=target, ranker=r,
                                                                    explain_top=0), args.repeats), 1),
                 "rank_ms": round(median_ms(lambda r=r: rank(analysis, target, r), args.repeats), 1)}
+        changed = load_leir(print_program(apply(analysis.program, rank(analysis, target)[0].step))).analysis
+        a, b = ranker.prompt_ids(analysis, target), ranker.prompt_ids(changed, target)
+        row["common_prefix"] = next(i for i in range(min(len(a), len(b)) + 1)
+                                    if i == min(len(a), len(b)) or a[i] != b[i])
+        states, flip = [analysis, changed], [0]
+
+        def next_state():
+            flip[0] ^= 1
+            return states[flip[0]]
+
+        row["after_a_step_ms"] = round(median_ms(lambda: rank(next_state(), target, ranker), args.repeats), 1)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
     out = {"threads": args.threads, "repeats": args.repeats, "load_s": round(load_s, 2),

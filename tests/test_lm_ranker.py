@@ -116,6 +116,43 @@ def test_the_batched_scores_are_the_whole_sequences_likelihoods(ranker):
     assert batched == pytest.approx(whole, abs=1e-3) and chunked == pytest.approx(whole, abs=1e-3)
 
 
+def test_the_prompt_cache_reads_only_what_follows_the_common_prefix(ranker):
+    from leir.transforms import apply
+    from leir_models.lm.ranker import PromptCache
+
+    analysis = load_leir(UNSEEN["softmax 16x10 (tests/programs.py)"]).analysis
+    steps = [r.step for r in rank(analysis)]
+    after = None
+    for step in steps:  # the first step that changes the program after its first lines
+        changed = load_leir(print_program(apply(analysis.program, step))).analysis
+        a, b = ranker.prompt_ids(analysis, "llvm"), ranker.prompt_ids(changed, "llvm")
+        common = next(i for i in range(min(len(a), len(b)) + 1) if i == min(len(a), len(b)) or a[i] != b[i])
+        if 20 < common < len(b) - 1:
+            after = changed
+            break
+    assert after is not None, "no step of the softmax changes only the end of the program"
+    other = load_leir(UNSEEN["sum_axis2 (a held-out family)"]).analysis
+    cache = PromptCache()
+    conts = [tk.encode(ranker.tokenizer, candidate_text(s.to_json())) for s in steps[:5]]
+    for analysis_now, expect_read in ((analysis, "all"), (after, len(b) - common), (after, 1), (other, None),
+                                      (analysis, None)):
+        prompt = ranker.prompt_ids(analysis_now, "llvm")
+        cached = logprobs(ranker.model, prompt, conts, prompt_cache=cache)
+        assert cached == pytest.approx(logprobs(ranker.model, prompt, conts), abs=1e-3)
+        assert cache.ids == prompt and cache.cache.get_seq_length() >= len(prompt)
+        if expect_read == "all":
+            assert cache.read_last == len(prompt)  # nothing to reuse yet
+        elif expect_read is not None:
+            assert cache.read_last == expect_read  # the common head was not read again
+        else:
+            assert 1 <= cache.read_last < len(prompt)  # "target: llvm ..." is shared by every prompt
+    # a tree larger than one chunk (deep copies of the cache) leaves the cache as it was
+    prompt = ranker.prompt_ids(after, "llvm")
+    chunked = logprobs(ranker.model, prompt, conts, chunk=40, prompt_cache=cache)
+    assert chunked == pytest.approx(logprobs(ranker.model, prompt, conts), abs=1e-3)
+    assert cache.read_last == len(prompt) - common
+
+
 def test_suggest_ranks_with_the_model(ranker):
     found = suggest(SOFTMAX, "leir", None, ranker=ranker)
     assert found and all("probability" in s.facts[0] for s in found if s.score)

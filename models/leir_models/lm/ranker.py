@@ -82,7 +82,63 @@ def logprobs_full(model, prompt_ids: list[int], conts: Sequence[list[int]]) -> l
     return out
 
 
-def logprobs(model, prompt_ids: list[int], conts: Sequence[list[int]], chunk: int = CHUNK_NODES) -> list[float]:
+class PromptCache:
+    """The key/value cache of the last prompt a ranker read, kept so that
+    the next prompt reads only what follows their longest common prefix.
+
+    A prompt is the target, the machine, the tensors, then the program
+    (``data.prompt_text``); the states of one search, or the versions of a
+    document being edited, differ from some line of the program on, so the
+    head of the prompt is read once. Reading the prompt is most of a
+    ranking (a 556-token prompt is 250 ms of the 300 ms that ranking
+    examples/gqa_attention.leir takes on one thread: docs/model.md,
+    "Latency on this machine"). The cache is cropped back to the common
+    prefix before reading the rest (``DynamicCache.crop``), so what a
+    previous ranking appended (its candidates' tree) goes with it; the
+    last prompt token is always read again, for its logits."""
+
+    def __init__(self):
+        import threading
+
+        self.ids: list[int] = []
+        self.cache = None
+        #: Prompt tokens read by the model, in total and at the last read (what the tests check).
+        self.read_total = 0
+        self.read_last = 0
+        self._lock = threading.Lock()
+
+    def read(self, model, prompt_ids: list[int]):
+        """(the model's output for ``prompt_ids``' last position onwards,
+        with ``.cache`` holding the whole prompt). Not reentrant: hold
+        ``lock`` while the cache is used."""
+        import torch
+
+        same = 0
+        if self.cache is not None:
+            limit = min(len(self.ids), len(prompt_ids) - 1, self.cache.get_seq_length())
+            while same < limit and self.ids[same] == prompt_ids[same]:
+                same += 1
+        if same == 0:
+            self.cache = None
+        else:
+            extra = self.cache.get_seq_length() - same
+            if extra > 0:
+                self.cache.crop(-extra)
+        rest = prompt_ids[same:]
+        out = model(input_ids=torch.tensor([rest]), position_ids=torch.arange(same, len(prompt_ids))[None],
+                    cache=self.cache, use_cache=True)
+        self.cache, self.ids = out.cache, list(prompt_ids)
+        self.read_last = len(rest)
+        self.read_total += len(rest)
+        return out
+
+    @property
+    def lock(self):
+        return self._lock
+
+
+def logprobs(model, prompt_ids: list[int], conts: Sequence[list[int]], chunk: int = CHUNK_NODES,
+             prompt_cache: PromptCache | None = None) -> list[float]:
     """Sum of log p(continuation | prompt) for each continuation, in two
     forward passes or a few: the prompt once, then the continuations as a
     prefix tree flattened into one sequence, each token attending to the
@@ -91,16 +147,20 @@ def logprobs(model, prompt_ids: list[int], conts: Sequence[list[int]], chunk: in
     (``{"id":"split","args":{"block":"``...): the 208 candidates of
     examples/gqa_attention.leir are 4,818 tokens, their tree 1,703 nodes.
     A tree larger than ``chunk`` nodes is cut into subtrees of whole
-    candidates, each read after the prompt's cache."""
-    import copy
+    candidates, each read after the prompt's cache. With ``prompt_cache``
+    the prompt is read after the previous one's common prefix (``PromptCache``)."""
+    import contextlib
 
     import torch
 
     if not conts:
         return []
     conts = [list(c) for c in conts]
-    with torch.no_grad():
-        first = model(input_ids=torch.tensor([prompt_ids]), use_cache=True)
+    with torch.no_grad(), (prompt_cache.lock if prompt_cache is not None else contextlib.nullcontext()):
+        if prompt_cache is not None:
+            first = prompt_cache.read(model, prompt_ids)
+        else:
+            first = model(input_ids=torch.tensor([prompt_ids]), use_cache=True)
         past, last = first.cache, torch.log_softmax(first.logits[0, -1].float(), -1)
         out: list[float] = [0.0] * len(conts)
         groups, size, nodes_seen = [[]], 0, set()
@@ -179,6 +239,8 @@ class ModelRanker:
         #: Why the reasoning is decoded densely although SOL was asked for
         #: (``dense_because``, from ``leir_models.sol.reasoning.with_sol``); None: not asked.
         self.dense_why: str | None = None
+        #: The last prompt's key/value cache, reused for the next prompt's common prefix.
+        self.prompt_cache = PromptCache()
 
     @classmethod
     def load(cls, path: str | Path, name: str = "model", shortlist: int | None = None) -> "ModelRanker":
@@ -195,7 +257,7 @@ class ModelRanker:
         prompt = self.prompt_ids(analysis, target)
         conts = [tk.encode(self.tokenizer, candidate_text(s.to_json() if hasattr(s, "to_json") else s))
                  for s in steps]
-        return logprobs(self.model, prompt, conts)
+        return logprobs(self.model, prompt, conts, prompt_cache=self.prompt_cache)
 
     def score(self, ctx, steps: Sequence, target: str) -> list[tuple[float, tuple[str, ...]]]:
         from leir.cancel import checkpoint
