@@ -93,9 +93,9 @@ class PromptCache:
     ranking (a 556-token prompt is 250 ms of the 300 ms that ranking
     examples/gqa_attention.leir takes on one thread: docs/model.md,
     "Latency on this machine"). The cache is cropped back to the common
-    prefix before reading the rest (``DynamicCache.crop``), so what a
-    previous ranking appended (its candidates' tree) goes with it; the
-    last prompt token is always read again, for its logits."""
+    prefix before reading the rest (``DynamicCache.crop``; ``logprobs``
+    also crops its candidates' tree off after scoring); the last prompt
+    token is always read again, for its logits."""
 
     def __init__(self):
         import threading
@@ -177,6 +177,10 @@ def logprobs(model, prompt_ids: list[int], conts: Sequence[list[int]], chunk: in
             cache = copy.deepcopy(past) if len(groups) > 1 else past
             for i, lp in zip(group, _tree_logprobs(model, len(prompt_ids), cache, last, [conts[i] for i in group])):
                 out[i] = lp
+        if prompt_cache is not None:  # keep the prompt only: the tree's keys and values are no one's prefix
+            extra = past.get_seq_length() - len(prompt_ids)
+            if extra > 0:
+                past.crop(-extra)
     return out
 
 
