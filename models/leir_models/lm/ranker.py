@@ -6,9 +6,10 @@ candidates are the ones the caller passes (``leir.tools.ranking.rank`` lists
 them with ``leir.transforms.candidates``), and each is scored as the text
 ``data.candidate_text`` (the step's JSON and the ``<|reason|>`` that ends
 it), so every proposal is legal and a step never scores as the prefix of a
-longer one. One forward pass reads the prompt; a second reads every
-candidate at once, as a prefix tree after the prompt's key/value cache
-(``logprobs``; ``logprobs_full`` reads every sequence whole, and the tests
+longer one. One forward pass reads the prompt (only what follows its
+common prefix with the last prompt the ranker read: ``PromptCache``); a
+second reads every candidate at once, as a prefix tree after the prompt's
+key/value cache (``logprobs``; ``logprobs_full`` reads every sequence whole, and the tests
 check that both agree).
 
 Loading reads ``config.json`` (a ``LlamaConfig``), ``model.safetensors``
