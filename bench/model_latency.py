@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     from leir.tools.ranking import rank
     from leir.transforms import apply
     from leir.tools.suggest import suggest
-    from leir_models.lm.ranker import ModelRanker
+    from leir_models.lm.ranker import ModelRanker, common_prefix
 
     whole = ModelRanker(ranker.model, ranker.tokenizer, shortlist=None)
     rankers = {f"model (shortlist {ranker.shortlist})": ranker, "model (every step)": whole,
@@ -115,8 +115,7 @@ def main(argv=None) -> int:
                 "rank_ms": round(median_ms(lambda r=r: rank(analysis, target, r), args.repeats), 1)}
         changed = load_leir(print_program(apply(analysis.program, rank(analysis, target)[0].step))).analysis
         a, b = ranker.prompt_ids(analysis, target), ranker.prompt_ids(changed, target)
-        row["common_prefix"] = next(i for i in range(min(len(a), len(b)) + 1)
-                                    if i == min(len(a), len(b)) or a[i] != b[i])
+        row["common_prefix"] = common_prefix(a, b)
         states, flip = [analysis, changed], [0]
 
         def next_state():

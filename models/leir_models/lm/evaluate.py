@@ -66,10 +66,27 @@ def legal_steps(analysis, target: str) -> list:
     return [c.step for c in transforms.candidates(Context.of(analysis), None, only=only)]
 
 
+def measured_state(st: State):
+    """(analysis, legal steps, measured steps, index of the measured-fastest)
+    of a state, or None when one of its measured steps is not among the
+    legal ones (the catalogue no longer offers it there). The caller skips
+    states with fewer than two measured candidates first."""
+    from leir.bridge.document import load_leir
+    from leir.transforms.base import Step
+
+    analysis = load_leir(st.before).analysis
+    legal = legal_steps(analysis, st.target)
+    offered = set(legal)
+    measured = [Step(c.step["id"], c.step["args"]) for c in st.candidates]
+    if any(m not in offered for m in measured):
+        return None
+    best = min(range(len(st.candidates)), key=lambda i: st.candidates[i].latency_ms)
+    return analysis, legal, measured, best
+
+
 def evaluate(rankers: dict, states: list[State], log=lambda line: None) -> dict:
     """The figures of the module docstring for each ranker (name -> Ranker)."""
-    from leir.bridge.document import load_leir
-    from leir.transforms.base import Context, Step
+    from leir.transforms.base import Context
 
     acc = {name: {"top1_measured": 0.0, "top1_legal": 0.0, "top3_legal": 0.0, "log_speedup_top1": 0.0}
            for name in rankers}
@@ -79,18 +96,16 @@ def evaluate(rankers: dict, states: list[State], log=lambda line: None) -> dict:
     for st in states:
         if len(st.candidates) < 2:
             continue
-        analysis = load_leir(st.before).analysis
-        ctx = Context.of(analysis)
-        legal = legal_steps(analysis, st.target)
-        index = {s: i for i, s in enumerate(legal)}
-        measured = [Step(c.step["id"], c.step["args"]) for c in st.candidates]
-        if any(m not in index for m in measured):
+        found = measured_state(st)
+        if found is None:
             skipped += 1  # a measured step the catalogue no longer offers here
             continue
+        analysis, legal, measured, best = found
+        ctx = Context.of(analysis)
+        index = {s: i for i, s in enumerate(legal)}
         used += 1
         legal_counts.append(len(legal))
         speedups = [c.speedup for c in st.candidates]
-        best = min(range(len(st.candidates)), key=lambda i: st.candidates[i].latency_ms)
         log_best += math.log(speedups[best])
         for name, ranker in rankers.items():
             if hasattr(ranker, "machine"):

@@ -95,7 +95,7 @@ class PromptCache:
     examples/gqa_attention.leir takes on one thread: docs/model.md,
     "Latency on this machine"). The cache is cropped back to the common
     prefix before reading the rest (``DynamicCache.crop``; ``logprobs``
-    also crops its candidates' tree off after scoring); the last prompt
+    crops its candidates' tree off after scoring: ``trim``); the last prompt
     token is always read again, for its logits."""
 
     def __init__(self):
@@ -103,10 +103,15 @@ class PromptCache:
 
         self.ids: list[int] = []
         self.cache = None
-        #: Prompt tokens read by the model, in total and at the last read (what the tests check).
-        self.read_total = 0
+        #: Prompt tokens the model read at the last ``read`` (what the tests check).
         self.read_last = 0
-        self._lock = threading.Lock()
+        #: Held while the cache is read and extended (``logprobs``).
+        self.lock = threading.Lock()
+
+    def _crop(self, length: int) -> None:
+        extra = self.cache.get_seq_length() - length
+        if extra > 0:
+            self.cache.crop(-extra)
 
     def read(self, model, prompt_ids: list[int]):
         """(the model's output for ``prompt_ids``' last position onwards,
@@ -115,27 +120,30 @@ class PromptCache:
         import torch
 
         same = 0
-        if self.cache is not None:
-            limit = min(len(self.ids), len(prompt_ids) - 1, self.cache.get_seq_length())
-            while same < limit and self.ids[same] == prompt_ids[same]:
-                same += 1
+        if self.cache is not None:  # never more than the cache holds (a read that failed midway cropped it)
+            same = min(common_prefix(self.ids, prompt_ids[:-1]), self.cache.get_seq_length())
         if same == 0:
             self.cache = None
         else:
-            extra = self.cache.get_seq_length() - same
-            if extra > 0:
-                self.cache.crop(-extra)
+            self._crop(same)
         rest = prompt_ids[same:]
         out = model(input_ids=torch.tensor([rest]), position_ids=torch.arange(same, len(prompt_ids))[None],
                     cache=self.cache, use_cache=True)
         self.cache, self.ids = out.cache, list(prompt_ids)
         self.read_last = len(rest)
-        self.read_total += len(rest)
         return out
 
-    @property
-    def lock(self):
-        return self._lock
+    def trim(self) -> None:
+        """Crop off what was appended after the prompt (a candidates'
+        tree: no one's prefix)."""
+        if self.cache is not None:
+            self._crop(len(self.ids))
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """The number of leading tokens ``a`` and ``b`` share."""
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
 
 
 def logprobs(model, prompt_ids: list[int], conts: Sequence[list[int]], chunk: int = CHUNK_NODES,
@@ -178,10 +186,8 @@ def logprobs(model, prompt_ids: list[int], conts: Sequence[list[int]], chunk: in
             cache = copy.deepcopy(past) if len(groups) > 1 else past
             for i, lp in zip(group, _tree_logprobs(model, len(prompt_ids), cache, last, [conts[i] for i in group])):
                 out[i] = lp
-        if prompt_cache is not None:  # keep the prompt only: the tree's keys and values are no one's prefix
-            extra = past.get_seq_length() - len(prompt_ids)
-            if extra > 0:
-                past.crop(-extra)
+        if prompt_cache is not None:
+            prompt_cache.trim()
     return out
 
 

@@ -85,11 +85,11 @@ def candidate_scores(model, policy, prompt: list[int], conts: Sequence[list[int]
             score, keep, actions = read(tokens, policy=policy, target=t, generator=generator)
             out[f"sol {t:g}"].append((score, keep))
             out[f"sol greedy {t:g}"].append(read(tokens, policy=policy, target=t, greedy=True)[:2])
-            counts = [actions.count(a) for a in range(len(ACTIONS))]
-            spread = interleave(counts) if actions else []
-            out[f"static matched {t:g}"].append(read(tokens, spread)[:2] if actions else (score, 1.0))
+            # (a one-token candidate has no actions: every schedule is empty and reads it as dense)
+            spread = interleave([actions.count(a) for a in range(len(ACTIONS))])
+            out[f"static matched {t:g}"].append(read(tokens, spread)[:2])
             shuffled = [actions[i] for i in torch.randperm(len(actions), generator=generator).tolist()]
-            out[f"random {t:g}"].append(read(tokens, shuffled)[:2] if actions else (score, 1.0))
+            out[f"random {t:g}"].append(read(tokens, shuffled)[:2])
     return out
 
 
@@ -102,11 +102,9 @@ def evaluate(model, tokenizer, policy, states: Sequence, targets: Sequence[float
 
     import torch
 
-    from leir.bridge.document import load_leir
-    from leir.transforms.base import Step
     from leir_models.lm import tokenizer as tk
     from leir_models.lm.data import candidate_text
-    from leir_models.lm.evaluate import _in_top, _top_speedup, legal_steps
+    from leir_models.lm.evaluate import _in_top, _top_speedup, measured_state
     from leir_models.lm.ranker import ModelRanker
 
     names = mode_names(targets)
@@ -119,19 +117,17 @@ def evaluate(model, tokenizer, policy, states: Sequence, targets: Sequence[float
     for st in states:
         if len(st.candidates) < 2:
             continue
-        analysis = load_leir(st.before).analysis
-        legal = set(legal_steps(analysis, st.target))
-        measured = [Step(c.step["id"], c.step["args"]) for c in st.candidates]
-        if any(m not in legal for m in measured):
+        found = measured_state(st)
+        if found is None:
             skipped += 1
             continue
+        analysis, _, _, best = found
         used += 1
         ranker = ModelRanker(model, tokenizer, machine=st.machine or None)
         prompt = ranker.prompt_ids(analysis, st.target)
         conts = [tk.encode(tokenizer, candidate_text(c.step)) for c in st.candidates]
         scored = candidate_scores(model, policy, prompt, conts, targets, generator)
         speedups = [c.speedup for c in st.candidates]
-        best = min(range(len(st.candidates)), key=lambda i: st.candidates[i].latency_ms)
         log_best += math.log(speedups[best])
         dense = [s for s, _ in scored["dense"]]
         dense_top = max(range(len(dense)), key=lambda i: dense[i])
