@@ -115,3 +115,11 @@ def test_cli_missing_policy_is_a_message_and_exit_2(lm_model_dir, lm_data, tmp_p
                      "--data", str(lm_data)])
     err = capsys.readouterr().err
     assert code == 2 and "nope" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("flags, said", [(["--states", "-1"], "--states -1"), (["--targets", "0.5,1.5"], "(0, 1]"),
+                                         (["--targets", "half"], "half")])
+def test_cli_bad_numbers_are_a_message_and_exit_2(lm_model_dir, lm_data, flags, said, capsys):
+    code = cli_main(["evaluate-sol", "--model", str(lm_model_dir), "--data", str(lm_data), *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and said in err and "Traceback" not in err

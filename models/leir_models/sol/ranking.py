@@ -184,6 +184,11 @@ def run(args) -> int:
     from leir_models.sol import decode
     from leir_models.sol.policy import load_policy
 
+    if args.states < 0:
+        raise ValueError(f"--states {args.states}: expected 0 (all) or more")
+    targets = tuple(float(t) for t in args.targets.split(","))
+    if not all(0.0 < t <= 1.0 for t in targets):
+        raise ValueError(f"--targets {args.targets}: each budget is a net keep in (0, 1]")
     torch.set_num_threads(args.threads)
     model_dir = Path(args.model) if args.model else default_dir()
     policy_dir = Path(args.policy) if args.policy else model_dir / "sol"
@@ -198,7 +203,6 @@ def run(args) -> int:
         states = [s for s in states if s.split == args.split]
     if args.states:
         states = states[:args.states]
-    targets = tuple(float(t) for t in args.targets.split(","))
     figures = evaluate(model, tok, policy, states, targets, seed=args.seed)
     figures.update(model=str(model_dir), policy=str(policy_dir), split=args.split, targets=list(targets),
                    seed=args.seed, threads=args.threads)
